@@ -1,0 +1,1 @@
+//! Crash capture. Work in progress: see the handler issue.

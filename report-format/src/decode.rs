@@ -1,0 +1,774 @@
+//! The launch-time decoder: recovers every intact section of a report, even a torn or bit-flipped one, and says
+//! exactly what is missing or damaged (which section, at which byte offset).
+//!
+//! Walk: check the file header, then read section headers one after another. A header whose sync bytes or CRC are
+//! wrong is skipped by scanning forward for the next valid header (each header carries its own CRC, so a false
+//! match is negligible). A payload whose CRC fails is skipped using its (CRC-checked) length. Payloads are decoded
+//! with `rmp-serde` into private wire structs with the short on-disk keys: unknown keys are ignored, missing keys take
+//! their defaults. Nothing here allocates more than a small multiple of the input: every length is checked against
+//! the bytes actually present, and serde caps preallocation for declared sequence lengths.
+//!
+//! Never panics, on any input (property tests and a fuzz target check it).
+
+use crate::framing::{
+    self, SectionKind, FILE_HEADER_LEN, FORMAT_MAJOR, MAX_SECTION_LEN, SECTION_HEADER_LEN, SECTION_SYNC,
+};
+use crate::model::{Exception, Image, ImageId, Message, Meta, Os, Process, Register, Repeat, Report, ReportId, Thread};
+use crate::regs;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Why a file is not decoded at all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The input does not start with [`framing::MAGIC`]: it is not a report of this format.
+    NotAReport,
+    /// The report's major version is newer than this reader's.
+    UnsupportedVersion {
+        /// Major version found.
+        major: u16,
+        /// Minor version found.
+        minor: u16,
+    },
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::NotAReport => write!(f, "not a crash report: the file does not start with the report magic"),
+            DecodeError::UnsupportedVersion { major, minor } => write!(
+                f,
+                "report format {major}.{minor} is newer than this reader understands (major version {FORMAT_MAJOR})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// One thing wrong with a report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Byte offset in the file where the problem starts.
+    pub offset: usize,
+    /// The section concerned, when known.
+    pub section: Option<SectionKind>,
+    /// What is wrong.
+    pub kind: ProblemKind,
+}
+
+/// What is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// The file header's CRC does not match (the version fields may be wrong).
+    FileHeaderChecksum,
+    /// Bytes that are not a valid section header; this many bytes were skipped to the next valid header (or the
+    /// end of the file).
+    CorruptSectionHeader {
+        /// Bytes skipped.
+        skipped: usize,
+    },
+    /// The file ends inside a section (or inside a section header).
+    Truncated {
+        /// Payload bytes the header declared (0 when the header itself is cut).
+        declared: u32,
+        /// Bytes actually present after the header.
+        available: usize,
+    },
+    /// A section declared more than [`MAX_SECTION_LEN`] bytes.
+    TooLarge {
+        /// Declared length.
+        declared: u32,
+    },
+    /// The payload's CRC does not match; the section was skipped.
+    ChecksumMismatch {
+        /// CRC in the header.
+        expected: u32,
+        /// CRC of the bytes present.
+        actual: u32,
+    },
+    /// The payload's CRC matched but it is not the MessagePack the kind requires.
+    BadPayload {
+        /// The decoder's message.
+        message: String,
+    },
+    /// A second section of a kind that may occur once; it was ignored.
+    Duplicate,
+    /// No end marker: the report was cut short or the marker was damaged.
+    MissingEnd,
+    /// The end marker counts a different number of sections than were found.
+    SectionCount {
+        /// Sections the writer wrote before the end marker.
+        written: u32,
+        /// Valid section headers found before it.
+        found: u32,
+    },
+    /// Bytes after the end marker.
+    TrailingBytes {
+        /// How many.
+        len: usize,
+    },
+    /// A thread the META section counts has no intact section.
+    MissingThread {
+        /// Its index.
+        index: u32,
+    },
+    /// Images the META section counts have no intact section.
+    MissingImages {
+        /// First missing index.
+        from: u32,
+        /// One past the last missing index.
+        to: u32,
+    },
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = self.section.map(SectionKind::name).unwrap_or("file");
+        let at = self.offset;
+        match &self.kind {
+            ProblemKind::FileHeaderChecksum => write!(f, "file header at byte 0: checksum mismatch"),
+            ProblemKind::CorruptSectionHeader { skipped } => {
+                write!(f, "corrupt section header at byte {at}: skipped {skipped} bytes")
+            }
+            ProblemKind::Truncated { declared, available } => write!(
+                f,
+                "{what} section at byte {at} is truncated: {available} of {declared} payload bytes present"
+            ),
+            ProblemKind::TooLarge { declared } => {
+                write!(f, "{what} section at byte {at} declares an implausible {declared} bytes")
+            }
+            ProblemKind::ChecksumMismatch { expected, actual } => write!(
+                f,
+                "{what} section at byte {at}: checksum mismatch (expected {expected:08x}, got {actual:08x}); section skipped"
+            ),
+            ProblemKind::BadPayload { message } => {
+                write!(f, "{what} section at byte {at}: undecodable payload ({message})")
+            }
+            ProblemKind::Duplicate => write!(f, "{what} section at byte {at} repeats an earlier one; ignored"),
+            ProblemKind::MissingEnd => write!(f, "no end marker: the report stops at byte {at}"),
+            ProblemKind::SectionCount { written, found } => write!(
+                f,
+                "end marker at byte {at} counts {written} sections but {found} were found"
+            ),
+            ProblemKind::TrailingBytes { len } => write!(f, "{len} unexpected bytes after the end marker at byte {at}"),
+            ProblemKind::MissingThread { index } => write!(f, "thread {index} is missing"),
+            ProblemKind::MissingImages { from, to } => {
+                if to - from == 1 {
+                    write!(f, "image {from} is missing")
+                } else {
+                    write!(f, "images {from}..{} are missing", to - 1)
+                }
+            }
+        }
+    }
+}
+
+/// How one section fared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SectionStatus {
+    /// Checksum matched and the payload decoded.
+    Ok,
+    /// The payload failed its checksum.
+    ChecksumMismatch,
+    /// The payload is cut off by the end of the file.
+    Truncated,
+    /// Checksum matched but the payload did not decode.
+    BadPayload,
+    /// A kind this reader does not know; skipped by design.
+    Unknown,
+}
+
+/// One section found in the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SectionInfo {
+    /// Kind.
+    pub kind: SectionKind,
+    /// Byte offset of its header.
+    pub offset: usize,
+    /// Declared payload length.
+    pub len: u32,
+    /// Outcome.
+    pub status: SectionStatus,
+}
+
+/// Everything decoded from a file, and what went wrong.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Decoded {
+    /// The report, as far as it survived.
+    pub report: Report,
+    /// Every section header found, in file order.
+    pub sections: Vec<SectionInfo>,
+    /// Damage, in file order (then missing threads and images).
+    pub problems: Vec<Problem>,
+    /// Whether a valid end marker was found.
+    pub end_found: bool,
+}
+
+impl Decoded {
+    /// True when nothing is damaged or missing: every CRC matched, the end marker is there and counts right.
+    pub fn is_intact(&self) -> bool {
+        self.end_found && self.problems.is_empty()
+    }
+}
+
+/// Decodes a report, recovering every intact section.
+///
+/// # Errors
+/// [`DecodeError::NotAReport`] when the magic is missing, [`DecodeError::UnsupportedVersion`] for a newer major
+/// version. Any damage after the magic is not an error: it is listed in [`Decoded::problems`].
+pub fn decode(bytes: &[u8]) -> Result<Decoded, DecodeError> {
+    let header = framing::parse_file_header(bytes).ok_or(DecodeError::NotAReport)?;
+    let mut out = Decoded::default();
+    if header.crc_ok {
+        if header.major > FORMAT_MAJOR {
+            return Err(DecodeError::UnsupportedVersion { major: header.major, minor: header.minor });
+        }
+        out.report.format_version = (header.major, header.minor);
+    } else {
+        // The version bytes cannot be trusted; read the rest as the current major version.
+        out.problems.push(Problem { offset: 0, section: None, kind: ProblemKind::FileHeaderChecksum });
+        out.report.format_version = (FORMAT_MAJOR, 0);
+    }
+
+    let mut st = State::default();
+    let mut pos = FILE_HEADER_LEN;
+    let mut headers_found: u32 = 0;
+    loop {
+        let rest = bytes.get(pos..).unwrap_or(&[]);
+        if rest.is_empty() {
+            out.problems.push(Problem { offset: pos, section: None, kind: ProblemKind::MissingEnd });
+            break;
+        }
+        let Some(h) = framing::parse_section_header(rest) else {
+            if rest.len() < SECTION_HEADER_LEN && rest.starts_with(SECTION_SYNC.get(..rest.len().min(4)).unwrap_or(&[]))
+            {
+                out.problems.push(Problem {
+                    offset: pos,
+                    section: None,
+                    kind: ProblemKind::Truncated { declared: 0, available: rest.len() },
+                });
+                out.problems.push(Problem { offset: bytes.len(), section: None, kind: ProblemKind::MissingEnd });
+                break;
+            }
+            let skipped = next_header(rest).unwrap_or(rest.len());
+            out.problems.push(Problem {
+                offset: pos,
+                section: None,
+                kind: ProblemKind::CorruptSectionHeader { skipped },
+            });
+            pos += skipped;
+            continue;
+        };
+        headers_found = headers_found.saturating_add(1);
+        let body_at = pos + SECTION_HEADER_LEN;
+        let available = bytes.len() - body_at;
+        let mut info = SectionInfo { kind: h.kind, offset: pos, len: h.len, status: SectionStatus::Ok };
+        if h.len > MAX_SECTION_LEN {
+            out.problems.push(Problem {
+                offset: pos,
+                section: Some(h.kind),
+                kind: ProblemKind::TooLarge { declared: h.len },
+            });
+            // The length is CRC-protected, so it was written that way; nothing sane follows.
+            break;
+        }
+        let len = h.len as usize;
+        let Some(payload) = bytes.get(body_at..body_at + len) else {
+            info.status = SectionStatus::Truncated;
+            out.sections.push(info);
+            out.problems.push(Problem {
+                offset: pos,
+                section: Some(h.kind),
+                kind: ProblemKind::Truncated { declared: h.len, available },
+            });
+            out.problems.push(Problem { offset: bytes.len(), section: None, kind: ProblemKind::MissingEnd });
+            break;
+        };
+        let actual = crc32fast::hash(payload);
+        if actual != h.payload_crc {
+            info.status = SectionStatus::ChecksumMismatch;
+            out.sections.push(info);
+            out.problems.push(Problem {
+                offset: pos,
+                section: Some(h.kind),
+                kind: ProblemKind::ChecksumMismatch { expected: h.payload_crc, actual },
+            });
+            pos = body_at + len;
+            continue;
+        }
+        if h.kind == SectionKind::End {
+            out.sections.push(info);
+            match rmp_serde::from_slice::<WEnd>(payload) {
+                Ok(end) => {
+                    out.end_found = true;
+                    let before = headers_found - 1;
+                    if end.n != before {
+                        out.problems.push(Problem {
+                            offset: pos,
+                            section: Some(SectionKind::End),
+                            kind: ProblemKind::SectionCount { written: end.n, found: before },
+                        });
+                    }
+                }
+                Err(e) => out.problems.push(Problem {
+                    offset: pos,
+                    section: Some(SectionKind::End),
+                    kind: ProblemKind::BadPayload { message: e.to_string() },
+                }),
+            }
+            let tail = bytes.len() - (body_at + len);
+            if tail > 0 {
+                out.problems.push(Problem {
+                    offset: body_at + len,
+                    section: None,
+                    kind: ProblemKind::TrailingBytes { len: tail },
+                });
+            }
+            break;
+        }
+        match st.take(h.kind, payload) {
+            Ok(Taken::Stored) => {}
+            Ok(Taken::Unknown) => info.status = SectionStatus::Unknown,
+            Ok(Taken::Duplicate) => {
+                out.problems.push(Problem { offset: pos, section: Some(h.kind), kind: ProblemKind::Duplicate })
+            }
+            Err(message) => {
+                info.status = SectionStatus::BadPayload;
+                out.problems.push(Problem {
+                    offset: pos,
+                    section: Some(h.kind),
+                    kind: ProblemKind::BadPayload { message },
+                });
+            }
+        }
+        out.sections.push(info);
+        pos = body_at + len;
+    }
+
+    st.finish(&mut out);
+    Ok(out)
+}
+
+/// Offset of the next valid section header after the first byte of `rest`.
+fn next_header(rest: &[u8]) -> Option<usize> {
+    let mut i = 1;
+    while i < rest.len() {
+        let tail = rest.get(i..)?;
+        match tail.iter().position(|&b| b == SECTION_SYNC[0]) {
+            Some(j) => {
+                let at = i + j;
+                if framing::parse_section_header(rest.get(at..)?).is_some() {
+                    return Some(at);
+                }
+                i = at + 1;
+            }
+            None => return None,
+        }
+    }
+    None
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Collecting sections.
+
+enum Taken {
+    Stored,
+    Unknown,
+    Duplicate,
+}
+
+#[derive(Default)]
+struct State {
+    meta: Option<Meta>,
+    exception: Option<Exception>,
+    threads: BTreeMap<u32, Thread>,
+    image_chunks: BTreeMap<u32, Vec<Image>>,
+    messages: Option<Vec<Message>>,
+    user: Option<BTreeMap<String, String>>,
+}
+
+impl State {
+    fn take(&mut self, kind: SectionKind, payload: &[u8]) -> Result<Taken, String> {
+        fn de<'a, T: Deserialize<'a>>(p: &'a [u8]) -> Result<T, String> {
+            rmp_serde::from_slice(p).map_err(|e| e.to_string())
+        }
+        match kind {
+            SectionKind::Meta => {
+                let m: WMeta = de(payload)?;
+                if self.meta.is_some() {
+                    return Ok(Taken::Duplicate);
+                }
+                self.meta = Some(m.into_model()?);
+            }
+            SectionKind::Exception => {
+                let e: WException = de(payload)?;
+                if self.exception.is_some() {
+                    return Ok(Taken::Duplicate);
+                }
+                self.exception = Some(e.into_model());
+            }
+            SectionKind::Thread => {
+                let t: WThread = de(payload)?;
+                if self.threads.contains_key(&t.i) {
+                    return Ok(Taken::Duplicate);
+                }
+                let t = t.into_model();
+                self.threads.insert(t.index, t);
+            }
+            SectionKind::Images => {
+                let c: WImages = de(payload)?;
+                if self.image_chunks.contains_key(&c.i) {
+                    return Ok(Taken::Duplicate);
+                }
+                let first = c.i;
+                let imgs =
+                    c.l.into_iter()
+                        .enumerate()
+                        .map(|(k, w)| w.into_model(first.saturating_add(u32::try_from(k).unwrap_or(u32::MAX))))
+                        .collect();
+                self.image_chunks.insert(first, imgs);
+            }
+            SectionKind::Messages => {
+                let m: WMessages = de(payload)?;
+                if self.messages.is_some() {
+                    return Ok(Taken::Duplicate);
+                }
+                self.messages = Some(m.l.into_iter().map(|m| Message { source: m.s, text: m.m }).collect());
+            }
+            SectionKind::User => {
+                let u: WUser = de(payload)?;
+                if self.user.is_some() {
+                    return Ok(Taken::Duplicate);
+                }
+                self.user = Some(u.kv);
+            }
+            SectionKind::End => {}
+            SectionKind::Unknown(_) => return Ok(Taken::Unknown),
+        }
+        Ok(Taken::Stored)
+    }
+
+    fn finish(self, out: &mut Decoded) {
+        let r = &mut out.report;
+        let (thread_count, image_count) = counts(self.meta.as_ref());
+        r.meta = self.meta;
+        r.exception = self.exception;
+        r.threads = self.threads.into_values().collect();
+        let mut images: Vec<Image> = Vec::new();
+        for (_, chunk) in self.image_chunks {
+            for img in chunk {
+                if images.last().is_none_or(|l| l.index < img.index) {
+                    images.push(img);
+                }
+            }
+        }
+        r.images = images;
+        r.messages = self.messages.unwrap_or_default();
+        r.user = self.user.unwrap_or_default();
+        if let Some(n) = thread_count {
+            let have: std::collections::BTreeSet<u32> = r.threads.iter().map(|t| t.index).collect();
+            for index in (0..n).filter(|i| !have.contains(i)).take(4096) {
+                out.problems.push(Problem {
+                    offset: 0,
+                    section: Some(SectionKind::Thread),
+                    kind: ProblemKind::MissingThread { index },
+                });
+            }
+        }
+        if let Some(n) = image_count {
+            let mut next = 0u32;
+            let mut gaps = Vec::new();
+            for img in &r.images {
+                if img.index >= n {
+                    break;
+                }
+                if img.index > next {
+                    gaps.push((next, img.index));
+                }
+                next = img.index + 1;
+            }
+            if next < n {
+                gaps.push((next, n));
+            }
+            for (from, to) in gaps {
+                out.problems.push(Problem {
+                    offset: 0,
+                    section: Some(SectionKind::Images),
+                    kind: ProblemKind::MissingImages { from, to },
+                });
+            }
+        }
+    }
+}
+
+fn counts(meta: Option<&Meta>) -> (Option<u32>, Option<u32>) {
+    match meta {
+        Some(m) => (m.thread_count, m.image_count),
+        None => (None, None),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Wire structs: the short on-disk keys of SCHEMA.md. Unknown keys are ignored; missing keys take defaults.
+
+/// Bytes from a MessagePack bin (or an array of small integers).
+#[derive(Default, Debug)]
+struct Bytes(Vec<u8>);
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Bytes;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Bytes, E> {
+                Ok(Bytes(v.to_vec()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Bytes, A::Error> {
+                let mut v = Vec::new();
+                while let Some(b) = seq.next_element::<u8>()? {
+                    v.push(b);
+                    if v.len() > 4096 {
+                        return Err(serde::de::Error::custom("byte array too long"));
+                    }
+                }
+                Ok(Bytes(v))
+            }
+        }
+        d.deserialize_bytes(V)
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WOs {
+    n: Option<String>,
+    v: Option<String>,
+    b: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WProcess {
+    pid: Option<u32>,
+    ppid: Option<u32>,
+    n: Option<String>,
+    path: Option<String>,
+    pn: Option<String>,
+    id: Option<String>,
+    sv: Option<String>,
+    bv: Option<String>,
+    lt: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WMeta {
+    id: Bytes,
+    t: Option<u64>,
+    v: Option<String>,
+    arch: Option<String>,
+    hw: Option<String>,
+    os: WOs,
+    p: WProcess,
+    tc: Option<u32>,
+    ic: Option<u32>,
+    min: bool,
+    note: Option<String>,
+}
+
+impl WMeta {
+    fn into_model(self) -> Result<Meta, String> {
+        let mut id = [0u8; 16];
+        if !self.id.0.is_empty() {
+            if self.id.0.len() != 16 {
+                return Err(format!("report id has {} bytes, expected 16", self.id.0.len()));
+            }
+            id.copy_from_slice(&self.id.0);
+        }
+        let p = self.p;
+        Ok(Meta {
+            report_id: ReportId(id),
+            capture_time_ns: self.t,
+            handler_version: self.v,
+            arch: self.arch,
+            hardware_model: self.hw,
+            os: Os { name: self.os.n, version: self.os.v, build: self.os.b },
+            process: Process {
+                pid: p.pid,
+                parent_pid: p.ppid,
+                name: p.n,
+                path: p.path,
+                parent_name: p.pn,
+                bundle_id: p.id,
+                short_version: p.sv,
+                build_version: p.bv,
+                launch_time_ns: p.lt,
+            },
+            thread_count: self.tc,
+            image_count: self.ic,
+            minimal: self.min,
+            note: self.note,
+        })
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WException {
+    mt: Option<u32>,
+    mc: Vec<i64>,
+    sig: Option<i32>,
+    code: Option<i32>,
+    addr: Option<u64>,
+    ct: Option<u32>,
+}
+
+impl WException {
+    fn into_model(self) -> Exception {
+        Exception {
+            mach_type: self.mt,
+            mach_codes: self.mc,
+            signal: self.sig,
+            si_code: self.code,
+            fault_address: self.addr,
+            crashed_thread: self.ct,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(default)]
+struct WThread {
+    i: u32,
+    id: Option<u64>,
+    n: Option<String>,
+    q: Option<String>,
+    c: bool,
+    cap: bool,
+    why: Option<String>,
+    rs: Option<String>,
+    r: Vec<Option<u64>>,
+    f: Vec<u64>,
+    ft: bool,
+    rep: Vec<(u32, u32, u32)>,
+}
+
+impl Default for WThread {
+    fn default() -> Self {
+        WThread {
+            i: 0,
+            id: None,
+            n: None,
+            q: None,
+            c: false,
+            cap: true,
+            why: None,
+            rs: None,
+            r: Vec::new(),
+            f: Vec::new(),
+            ft: false,
+            rep: Vec::new(),
+        }
+    }
+}
+
+impl WThread {
+    fn into_model(self) -> Thread {
+        let names = self.rs.as_deref().and_then(regs::names).unwrap_or(&[]);
+        let registers = self
+            .r
+            .iter()
+            .enumerate()
+            .filter_map(|(k, v)| {
+                let value = (*v)?;
+                let name = names.get(k).map(|s| (*s).to_owned()).unwrap_or_else(|| format!("r{k}"));
+                Some(Register { name, value })
+            })
+            .collect();
+        Thread {
+            index: self.i,
+            id: self.id,
+            name: self.n,
+            queue: self.q,
+            crashed: self.c,
+            captured: self.cap,
+            not_captured_reason: self.why,
+            register_set: self.rs,
+            registers,
+            frames: self.f,
+            frames_truncated: self.ft,
+            repeats: self.rep.into_iter().map(|(start, len, count)| Repeat { start, len, count }).collect(),
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WImage {
+    p: Option<String>,
+    n: Option<String>,
+    b: u64,
+    s: u64,
+    sl: Option<i64>,
+    id: Bytes,
+    k: u8,
+    a: Option<String>,
+}
+
+impl WImage {
+    fn into_model(self, index: u32) -> Image {
+        let name = self
+            .n
+            .or_else(|| self.p.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p).to_owned()))
+            .unwrap_or_else(|| "???".to_owned());
+        let id = match (self.k, self.id.0.len()) {
+            (_, 0) => None,
+            (crate::encode::ID_KIND_UUID, 16) => {
+                let mut u = [0u8; 16];
+                u.copy_from_slice(&self.id.0);
+                Some(ImageId::Uuid(u))
+            }
+            _ => Some(ImageId::BuildId(self.id.0)),
+        };
+        Image { index, name, path: self.p, load_address: self.b, size: self.s, slide: self.sl, id, arch: self.a }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WImages {
+    i: u32,
+    l: Vec<WImage>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WMessage {
+    s: Option<String>,
+    m: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WMessages {
+    l: Vec<WMessage>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WUser {
+    kv: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WEnd {
+    n: u32,
+    #[allow(dead_code)]
+    o: u64,
+}

@@ -1,0 +1,22 @@
+//! The crash report file format.
+//!
+//! A report is a file header (magic and format version), then length-delimited sections each with its own CRC-32,
+//! then an end marker. Section payloads are MessagePack maps with short keys. `SCHEMA.md` in this crate specifies
+//! every byte; the modules implement it:
+//!
+//! - [`framing`]: header and section layout, constants, checksums (pure, allocation-free).
+//! - [`encode`]: the crash-time encoder. Never allocates, locks or panics; writes into caller-provided buffers.
+//! - [`decode`]: the launch-time decoder. Recovers every intact section of a damaged file and lists what is missing.
+//! - [`model`]: the decoded, owned report (also the stable JSON shape).
+//! - [`regs`]: register-set names and orders.
+//! - [`owned`]: launch-time encoding of an owned [`model::Report`] (tests, tools, fixtures).
+
+pub mod decode;
+pub mod encode;
+pub mod framing;
+pub mod model;
+pub mod owned;
+pub mod regs;
+
+pub use decode::{decode, DecodeError, Decoded, Problem, ProblemKind, SectionInfo, SectionStatus};
+pub use model::Report;

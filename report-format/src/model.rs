@@ -1,0 +1,293 @@
+//! The decoded report: owned, launch-time types (they allocate; never use them after a fault).
+//!
+//! `Serialize` gives the stable JSON shape that `viewer --format json` prints: descriptive snake_case keys, ids as
+//! lowercase hex strings. The on-disk keys are the short ones of `SCHEMA.md`; see [`crate::decode`].
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A whole report as far as it could be decoded. Sections that were lost leave their parts empty or `None`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// Format version the file declared: `(major, minor)`.
+    pub format_version: (u16, u16),
+    /// Report id, capture time, process, OS, hardware (META section).
+    pub meta: Option<Meta>,
+    /// The exception (EXCEPTION section).
+    pub exception: Option<Exception>,
+    /// Threads sorted by index.
+    pub threads: Vec<Thread>,
+    /// Images sorted by index.
+    pub images: Vec<Image>,
+    /// Application-specific messages.
+    pub messages: Vec<Message>,
+    /// User key/values.
+    pub user: BTreeMap<String, String>,
+}
+
+impl Report {
+    /// The crashed thread: the one the exception names, else the one flagged `crashed`.
+    pub fn crashed_thread(&self) -> Option<&Thread> {
+        let by_index = self
+            .exception
+            .as_ref()
+            .and_then(|e| e.crashed_thread)
+            .and_then(|i| self.threads.iter().find(|t| t.index == i));
+        by_index.or_else(|| self.threads.iter().find(|t| t.crashed))
+    }
+
+    /// The image whose text range `[load_address, load_address + size)` holds `address`.
+    pub fn image_for(&self, address: u64) -> Option<&Image> {
+        self.images.iter().find(|i| address >= i.load_address && address - i.load_address < i.size.max(1))
+    }
+}
+
+/// A 16-byte report id, shown as an uppercase dashed UUID like Apple's Incident Identifier.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReportId(pub [u8; 16]);
+
+impl fmt::Display for ReportId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, b) in self.0.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                f.write_str("-")?;
+            }
+            write!(f, "{b:02X}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for ReportId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// META: who crashed, where, when.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Meta {
+    /// Report id.
+    pub report_id: ReportId,
+    /// Capture time, nanoseconds since the Unix epoch.
+    pub capture_time_ns: Option<u64>,
+    /// Version of the handler that wrote the report.
+    pub handler_version: Option<String>,
+    /// CPU architecture: "arm64", "arm64e", "x86_64".
+    pub arch: Option<String>,
+    /// Hardware model.
+    pub hardware_model: Option<String>,
+    /// Operating system.
+    pub os: Os,
+    /// The crashed process.
+    pub process: Process,
+    /// Number of threads the handler found.
+    pub thread_count: Option<u32>,
+    /// Number of images in the image list.
+    pub image_count: Option<u32>,
+    /// True for a minimal report written after a second fault inside the handler.
+    pub minimal: bool,
+    /// How the report was made.
+    pub note: Option<String>,
+}
+
+/// Operating system.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Os {
+    /// "iPhone OS", "macOS", "Linux".
+    pub name: Option<String>,
+    /// Version ("15.5", or the Linux kernel release).
+    pub version: Option<String>,
+    /// Build ("19F77", or the Linux kernel version string).
+    pub build: Option<String>,
+}
+
+impl Os {
+    /// True when the report comes from an Apple OS (signal numbers use Darwin's numbering).
+    pub fn is_apple(&self) -> bool {
+        !matches!(self.name.as_deref(), Some("Linux") | Some("Android"))
+    }
+}
+
+/// The crashed process.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Process {
+    /// Process id.
+    pub pid: Option<u32>,
+    /// Parent process id.
+    pub parent_pid: Option<u32>,
+    /// Executable name.
+    pub name: Option<String>,
+    /// Executable path.
+    pub path: Option<String>,
+    /// Parent process name.
+    pub parent_name: Option<String>,
+    /// Bundle identifier.
+    pub bundle_id: Option<String>,
+    /// `CFBundleShortVersionString`.
+    pub short_version: Option<String>,
+    /// `CFBundleVersion`.
+    pub build_version: Option<String>,
+    /// Launch time, nanoseconds since the Unix epoch.
+    pub launch_time_ns: Option<u64>,
+}
+
+/// The exception that ended the process.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Exception {
+    /// Mach exception type (XNU `exception_types.h`).
+    pub mach_type: Option<u32>,
+    /// Mach exception codes.
+    pub mach_codes: Vec<i64>,
+    /// Signal number, in the numbering of the OS in [`Meta::os`].
+    pub signal: Option<i32>,
+    /// `si_code`.
+    pub si_code: Option<i32>,
+    /// Fault address.
+    pub fault_address: Option<u64>,
+    /// Index of the crashed thread in the thread list.
+    pub crashed_thread: Option<u32>,
+}
+
+/// One register value with its name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Register {
+    /// Name, e.g. "x0", "pc", "rip".
+    pub name: String,
+    /// Value.
+    pub value: u64,
+}
+
+/// A repeating run of frames left out of [`Thread::frames`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Repeat {
+    /// Index in `frames` where the run starts.
+    pub start: u32,
+    /// Run length in frames.
+    pub len: u32,
+    /// Further occurrences left out.
+    pub count: u32,
+}
+
+/// One thread.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Thread {
+    /// Index in the report's thread list.
+    pub index: u32,
+    /// Kernel thread id.
+    pub id: Option<u64>,
+    /// Thread name.
+    pub name: Option<String>,
+    /// Dispatch queue label.
+    pub queue: Option<String>,
+    /// True for the crashed thread.
+    pub crashed: bool,
+    /// False when the thread could not be captured.
+    pub captured: bool,
+    /// Why it was not captured.
+    pub not_captured_reason: Option<String>,
+    /// Register set name ("arm64", "x86_64").
+    pub register_set: Option<String>,
+    /// Captured registers in storage order (values that were not captured are absent).
+    pub registers: Vec<Register>,
+    /// Raw frame addresses, frame 0 = PC.
+    pub frames: Vec<u64>,
+    /// True when the walk stopped at the frame cap.
+    pub frames_truncated: bool,
+    /// Runs of frames left out of `frames`.
+    pub repeats: Vec<Repeat>,
+}
+
+impl Default for Thread {
+    fn default() -> Self {
+        Thread {
+            index: 0,
+            id: None,
+            name: None,
+            queue: None,
+            crashed: false,
+            captured: true,
+            not_captured_reason: None,
+            register_set: None,
+            registers: Vec::new(),
+            frames: Vec::new(),
+            frames_truncated: false,
+            repeats: Vec::new(),
+        }
+    }
+}
+
+impl Thread {
+    /// The value of a named register.
+    pub fn register(&self, name: &str) -> Option<u64> {
+        self.registers.iter().find(|r| r.name == name).map(|r| r.value)
+    }
+}
+
+/// How an image identifies its build.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ImageId {
+    /// Mach-O `LC_UUID`.
+    Uuid([u8; 16]),
+    /// GNU build ID (`NT_GNU_BUILD_ID`), usually 20 bytes.
+    BuildId(Vec<u8>),
+}
+
+impl ImageId {
+    /// The id bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            ImageId::Uuid(b) => b,
+            ImageId::BuildId(b) => b,
+        }
+    }
+
+    /// Lowercase hex without dashes: Apple's Binary Images form, and the `.build-id` directory form.
+    pub fn to_hex(&self) -> String {
+        self.bytes().iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+impl Serialize for ImageId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(2))?;
+        match self {
+            ImageId::Uuid(_) => m.serialize_entry("kind", "uuid")?,
+            ImageId::BuildId(_) => m.serialize_entry("kind", "build_id")?,
+        }
+        m.serialize_entry("hex", &self.to_hex())?;
+        m.end()
+    }
+}
+
+/// One image (executable or library).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Image {
+    /// Index in the image list.
+    pub index: u32,
+    /// Image name (last path component unless given).
+    pub name: String,
+    /// Path.
+    pub path: Option<String>,
+    /// Load address.
+    pub load_address: u64,
+    /// Size in bytes of the text range starting at the load address.
+    pub size: u64,
+    /// Slide / load bias.
+    pub slide: Option<i64>,
+    /// UUID or build ID.
+    pub id: Option<ImageId>,
+    /// Architecture, when it differs from the report's.
+    pub arch: Option<String>,
+}
+
+/// An application-specific message.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Message {
+    /// Where it came from (image name, "panic", ...).
+    pub source: Option<String>,
+    /// The text.
+    pub text: String,
+}

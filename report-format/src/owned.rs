@@ -1,0 +1,134 @@
+//! Launch-time encoding of an owned [`Report`]: for tests, fixture generators and tools. Allocates; never call it
+//! after a fault (the handler uses [`crate::encode`] directly on its preallocated tables).
+
+use crate::encode::{self, EncodeError, Encoder};
+use crate::model::{ImageId, Report};
+use crate::regs;
+
+/// Scratch size used for one section (1 MiB: room for any thread or image chunk a test builds).
+const SCRATCH: usize = 1 << 20;
+
+/// Encodes `report` with the crash-time encoder into a new vector. Sections are written in the handler's order:
+/// META, EXCEPTION, MESSAGES, USER, threads (by index), images, end marker. Registers whose names are not in the
+/// thread's register set are not written; for a set this version does not know, values are written in the order
+/// given.
+///
+/// # Errors
+/// [`EncodeError::ScratchTooSmall`] when one section exceeds 1 MiB.
+pub fn to_bytes(report: &Report) -> Result<Vec<u8>, EncodeError> {
+    let mut scratch = vec![0u8; SCRATCH];
+    let mut enc = Encoder::begin(Vec::new(), &mut scratch)?;
+    if let Some(m) = &report.meta {
+        let p = &m.process;
+        enc.meta(&encode::Meta {
+            report_id: m.report_id.0,
+            capture_time_ns: m.capture_time_ns.unwrap_or(0),
+            handler_version: b(&m.handler_version),
+            arch: b(&m.arch),
+            hardware_model: b(&m.hardware_model),
+            os: encode::Os { name: b(&m.os.name), version: b(&m.os.version), build: b(&m.os.build) },
+            process: encode::Process {
+                pid: p.pid,
+                parent_pid: p.parent_pid,
+                name: b(&p.name),
+                path: b(&p.path),
+                parent_name: b(&p.parent_name),
+                bundle_id: b(&p.bundle_id),
+                short_version: b(&p.short_version),
+                build_version: b(&p.build_version),
+                launch_time_ns: p.launch_time_ns,
+            },
+            thread_count: m.thread_count,
+            image_count: m.image_count,
+            minimal: m.minimal,
+            note: b(&m.note),
+        })?;
+    }
+    if let Some(e) = &report.exception {
+        enc.exception(&encode::Exception {
+            mach_type: e.mach_type,
+            mach_codes: &e.mach_codes,
+            signal: e.signal,
+            si_code: e.si_code,
+            fault_address: e.fault_address,
+            crashed_thread: e.crashed_thread,
+        })?;
+    }
+    let msgs: Vec<encode::Message<'_>> =
+        report.messages.iter().map(|m| encode::Message { source: b(&m.source), text: m.text.as_bytes() }).collect();
+    enc.messages(&msgs)?;
+    let kv: Vec<encode::KeyValue<'_>> =
+        report.user.iter().map(|(k, v)| encode::KeyValue { key: k.as_bytes(), value: v.as_bytes() }).collect();
+    enc.user(&kv)?;
+    for t in &report.threads {
+        let set = t.register_set.as_deref().unwrap_or("");
+        let values: Vec<Option<u64>> = match regs::names(set) {
+            Some(names) => {
+                let mut v = vec![None; names.len()];
+                for r in &t.registers {
+                    if let Some(i) = names.iter().position(|n| *n == r.name) {
+                        v[i] = Some(r.value);
+                    }
+                }
+                while v.last() == Some(&None) {
+                    v.pop();
+                }
+                v
+            }
+            None => t.registers.iter().map(|r| Some(r.value)).collect(),
+        };
+        let repeats: Vec<encode::Repeat> =
+            t.repeats.iter().map(|r| encode::Repeat { start: r.start, len: r.len, count: r.count }).collect();
+        enc.thread(&encode::Thread {
+            index: t.index,
+            id: t.id,
+            name: b(&t.name),
+            queue: b(&t.queue),
+            crashed: t.crashed,
+            captured: t.captured,
+            reason: b(&t.not_captured_reason),
+            register_set: set.as_bytes(),
+            registers: &values,
+            frames: &t.frames,
+            frames_truncated: t.frames_truncated,
+            repeats: &repeats,
+        })?;
+    }
+    // Images go out in runs of consecutive indices so that gaps survive a round trip.
+    let mut i = 0;
+    while i < report.images.len() {
+        let first = report.images[i].index;
+        let mut j = i + 1;
+        while j < report.images.len() && report.images[j].index == report.images[j - 1].index.wrapping_add(1) {
+            j += 1;
+        }
+        let run: Vec<encode::Image<'_>> = report.images[i..j]
+            .iter()
+            .map(|img| {
+                let default_name = img.path.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p));
+                let (id, id_kind) = match &img.id {
+                    Some(ImageId::Uuid(u)) => (&u[..], encode::ID_KIND_UUID),
+                    Some(ImageId::BuildId(v)) => (&v[..], encode::ID_KIND_BUILD_ID),
+                    None => (&[][..], 0),
+                };
+                encode::Image {
+                    path: b(&img.path),
+                    name: if default_name == Some(img.name.as_str()) { b"" } else { img.name.as_bytes() },
+                    load_address: img.load_address,
+                    size: img.size,
+                    slide: img.slide,
+                    id,
+                    id_kind,
+                    arch: b(&img.arch),
+                }
+            })
+            .collect();
+        enc.images(first, &run)?;
+        i = j;
+    }
+    enc.finish()
+}
+
+fn b(s: &Option<String>) -> &[u8] {
+    s.as_deref().map(str::as_bytes).unwrap_or(b"")
+}

@@ -1,0 +1,1 @@
+//! Enables crash reporting at launch and uploads pending reports. Work in progress.

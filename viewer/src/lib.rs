@@ -1,0 +1,1 @@
+//! Renders crash reports as Apple-style crash text. Work in progress.
