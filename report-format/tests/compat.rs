@@ -1,0 +1,94 @@
+//! Compatibility: the committed format-1.0 report must decode to exactly these values in every later version.
+//! See `tests/data/README.md`.
+
+use report_format::model::ImageId;
+use report_format::{decode, Decoded};
+
+fn v1() -> Decoded {
+    let bytes = include_bytes!("data/report-v1.0.crp");
+    decode(bytes).expect("format 1.0 decodes")
+}
+
+#[test]
+fn v1_0_fixture_is_intact() {
+    let d = v1();
+    assert!(d.is_intact(), "{:?}", d.problems);
+    assert_eq!(d.report.format_version, (1, 0));
+    assert_eq!(d.sections.len(), 8);
+}
+
+#[test]
+fn v1_0_meta_and_exception() {
+    let r = v1().report;
+    let m = r.meta.expect("meta");
+    assert_eq!(m.report_id.to_string(), "6B5F0F36-1A2D-4C3E-9B7A-2104C8D15590");
+    assert_eq!(m.capture_time_ns, Some(1_763_700_000_123_456_789));
+    assert_eq!(m.handler_version.as_deref(), Some("0.1.0"));
+    assert_eq!(m.arch.as_deref(), Some("arm64"));
+    assert_eq!(m.hardware_model.as_deref(), Some("iPhone14,2"));
+    assert_eq!(
+        (m.os.name.as_deref(), m.os.version.as_deref(), m.os.build.as_deref()),
+        (Some("iPhone OS"), Some("15.5"), Some("19F77"))
+    );
+    let p = &m.process;
+    assert_eq!((p.pid, p.parent_pid), (Some(1730), Some(1)));
+    assert_eq!(p.name.as_deref(), Some("Demo"));
+    assert_eq!(p.path.as_deref(), Some("/private/var/containers/Bundle/Application/0A1B/Demo.app/Demo"));
+    assert_eq!(p.parent_name.as_deref(), Some("launchd"));
+    assert_eq!(p.bundle_id.as_deref(), Some("com.example.demo"));
+    assert_eq!((p.short_version.as_deref(), p.build_version.as_deref()), (Some("1.2"), Some("42")));
+    assert_eq!(p.launch_time_ns, Some(1_763_699_990_000_000_000));
+    assert_eq!((m.thread_count, m.image_count, m.minimal, m.note), (Some(2), Some(2), false, None));
+
+    let e = r.exception.expect("exception");
+    assert_eq!(e.mach_type, Some(1));
+    assert_eq!(e.mach_codes, vec![1, 0x10]);
+    assert_eq!((e.signal, e.si_code, e.fault_address, e.crashed_thread), (Some(11), Some(1), Some(0x10), Some(0)));
+    assert_eq!(r.messages.len(), 1);
+    assert_eq!(r.messages[0].source.as_deref(), Some("libswiftCore.dylib"));
+    assert_eq!(r.messages[0].text, "Fatal error: Unexpectedly found nil");
+    assert_eq!(r.user.get("user.id").map(String::as_str), Some("42"));
+}
+
+#[test]
+fn v1_0_threads() {
+    let r = v1().report;
+    assert_eq!(r.threads.len(), 2);
+    let t0 = &r.threads[0];
+    assert!(t0.crashed && t0.captured);
+    assert_eq!(t0.id, Some(0x2a41));
+    assert_eq!(t0.queue.as_deref(), Some("com.apple.main-thread"));
+    assert_eq!(t0.register_set.as_deref(), Some("arm64"));
+    assert_eq!(t0.registers.len(), 36);
+    assert_eq!(t0.register("x0"), Some(0x1000));
+    assert_eq!(t0.register("fp"), Some(0x1000 + 29));
+    assert_eq!(t0.register("pc"), Some(0x1_0000_4f50));
+    assert_eq!(t0.register("esr"), Some(0x1000 + 35));
+    assert_eq!(t0.frames, vec![0x1_0000_4f50, 0x1_0000_4e10, 0x1_0000_4d00, 0x1_8e0b_2a40]);
+    assert_eq!((t0.repeats[0].start, t0.repeats[0].len, t0.repeats[0].count), (1, 2, 3));
+    let t1 = &r.threads[1];
+    assert!(!t1.captured && !t1.crashed);
+    assert_eq!(t1.name.as_deref(), Some("worker"));
+    assert_eq!(t1.not_captured_reason.as_deref(), Some("did not answer the stop signal within 100 ms"));
+    assert!(t1.registers.is_empty() && t1.frames.is_empty());
+}
+
+#[test]
+fn v1_0_images() {
+    let r = v1().report;
+    assert_eq!(r.images.len(), 2);
+    let a = &r.images[0];
+    assert_eq!(
+        (a.index, a.name.as_str(), a.load_address, a.size, a.slide),
+        (0, "Demo", 0x1_0000_0000, 0x8000, Some(0))
+    );
+    assert_eq!(a.id.as_ref().map(ImageId::to_hex).as_deref(), Some("82d13d98219e3040b62a07a297007a7c"));
+    assert!(matches!(a.id, Some(ImageId::Uuid(_))));
+    assert_eq!(a.arch, None);
+    let b = &r.images[1];
+    assert_eq!((b.name.as_str(), b.path.as_deref()), ("libdemo", Some("/usr/lib/libdemo.so")));
+    assert_eq!(b.id.as_ref().map(ImageId::to_hex).as_deref(), Some("deadbeef0102030405060708090a0b0c0d0e0f10"));
+    assert!(matches!(b.id, Some(ImageId::BuildId(_))));
+    assert_eq!(b.arch.as_deref(), Some("arm64e"));
+    assert_eq!(r.image_for(0x1_0000_4f50).map(|i| i.name.as_str()), Some("Demo"));
+}
