@@ -17,6 +17,7 @@ pub mod framing;
 pub mod model;
 pub mod owned;
 pub mod regs;
+pub mod transport;
 
 pub use decode::{decode, DecodeError, Decoded, Problem, ProblemKind, SectionInfo, SectionStatus};
 pub use model::Report;

@@ -1,1 +1,5 @@
-//! Enables crash reporting at launch and uploads pending reports. Work in progress.
+//! Enables crash reporting at app launch and uploads pending reports on the next launch.
+
+pub mod app;
+pub mod store;
+pub mod upload;

@@ -1,0 +1,446 @@
+//! The on-disk store of crash reports: where the handler writes, how a launch claims a report for upload, where
+//! damaged and expired reports are set aside, and the retry state that survives relaunches.
+//!
+//! Layout under the report directory (directories are created `0700`, files `0600`):
+//!
+//! ```text
+//! <root>/
+//!   pending/      reports waiting for upload, <name>.crp, written by the handler (temporary name, fsync, rename)
+//!   uploading/    reports claimed by a running process: <name>.crp@<pid>, moved here by an atomic rename
+//!   damaged/      set aside, never uploaded, never deleted: <name>.crp plus <name>.crp.why (the reason, text)
+//!   expired/      older than the maximum age and never delivered: kept, with a .why file
+//!   retry/        backoff state per pending report: <name>.crp.json
+//!   dropped.log   one line per report dropped because more than the pending limit were waiting
+//! ```
+//!
+//! Claims: two processes that see the same pending report both try `rename(pending/X, uploading/X@pid)`; the
+//! kernel lets exactly one succeed, so a report is never sent twice at once. A claim whose process is gone, or
+//! that is older than [`STALE_CLAIM`], is moved back to `pending/` at the next launch: a crash during an upload
+//! loses nothing.
+//!
+//! Temporary files the handler leaves when it dies mid-write (anything in `pending/` not ending in `.crp`, older
+//! than [`TORN_AFTER`]) are torn reports: they are set aside as damaged, not deleted.
+
+use report_format::Decoded;
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io::{self, Write};
+#[cfg(unix)]
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// File extension of a finished report.
+pub const REPORT_EXT: &str = "crp";
+/// A claim older than this is taken back even if its process id is alive (that id may have been reused).
+pub const STALE_CLAIM: Duration = Duration::from_secs(10 * 60);
+/// A temporary file in `pending/` older than this is a torn write, not one in progress.
+pub const TORN_AFTER: Duration = Duration::from_secs(60);
+
+/// A report waiting in `pending/`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingReport {
+    /// File name, `<name>.crp`.
+    pub name: String,
+    /// Full path.
+    pub path: PathBuf,
+    /// Size in bytes.
+    pub size: u64,
+    /// Last modification time (when the handler renamed it into place).
+    pub modified: SystemTime,
+}
+
+/// Backoff state of one report, kept across launches in `retry/<name>.json`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryState {
+    /// Failed attempts so far.
+    pub attempts: u32,
+    /// Earliest time of the next attempt, ms since the Unix epoch.
+    pub next_attempt_ms: u64,
+    /// The last failure, for diagnostics.
+    pub last_error: String,
+}
+
+/// The report directory.
+#[derive(Clone, Debug)]
+pub struct Store {
+    root: PathBuf,
+}
+
+/// A report this process has claimed for upload. Finish it with [`Claim::delivered`], [`Claim::release`] or
+/// [`Claim::set_aside`]; a claim dropped unfinished stays in `uploading/` and is recovered at the next launch.
+#[derive(Debug)]
+pub struct Claim {
+    /// The report's file name in `pending/`.
+    pub name: String,
+    /// Where it lies while claimed.
+    pub path: PathBuf,
+    store: Store,
+}
+
+fn mkdir(p: &Path) -> io::Result<()> {
+    let mut b = fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    b.mode(0o700);
+    b.create(p)
+}
+
+/// Writes a file atomically (temporary name, fsync, rename) with mode 0600.
+pub fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    {
+        let mut o = fs::OpenOptions::new();
+        o.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        o.mode(0o600);
+        let mut f = o.open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn pid_alive(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pid) = i32::try_from(pid) else { return false };
+        // kill(pid, 0) checks existence without sending anything; EPERM means it exists but is not ours.
+        match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+            Ok(()) => true,
+            Err(e) => e == nix::errno::Errno::EPERM,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
+    }
+}
+
+impl Store {
+    /// Opens (creating when needed) the store at `root`.
+    ///
+    /// # Errors
+    /// Any I/O error creating the directories.
+    pub fn open(root: impl Into<PathBuf>) -> io::Result<Store> {
+        let s = Store { root: root.into() };
+        for d in ["pending", "uploading", "damaged", "expired", "retry"] {
+            mkdir(&s.root.join(d))?;
+        }
+        Ok(s)
+    }
+
+    /// The store's root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The directory the handler writes new reports into.
+    pub fn pending_dir(&self) -> PathBuf {
+        self.root.join("pending")
+    }
+
+    /// Reports in a sub-directory (`"damaged"`, `"expired"`, ...), file names sorted.
+    ///
+    /// # Errors
+    /// I/O errors listing the directory.
+    pub fn list(&self, sub: &str) -> io::Result<Vec<String>> {
+        let mut v: Vec<String> = fs::read_dir(self.root.join(sub))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.ends_with(&format!(".{REPORT_EXT}")))
+            .collect();
+        v.sort();
+        Ok(v)
+    }
+
+    /// Finished reports in `pending/`, newest first.
+    ///
+    /// # Errors
+    /// I/O errors listing the directory.
+    pub fn pending(&self) -> io::Result<Vec<PendingReport>> {
+        let mut v = Vec::new();
+        for e in fs::read_dir(self.pending_dir())? {
+            let e = e?;
+            let Ok(name) = e.file_name().into_string() else { continue };
+            if !name.ends_with(&format!(".{REPORT_EXT}")) || name.starts_with('.') {
+                continue;
+            }
+            let Ok(md) = e.metadata() else { continue };
+            if !md.is_file() {
+                continue;
+            }
+            v.push(PendingReport {
+                name,
+                path: e.path(),
+                size: md.len(),
+                modified: md.modified().unwrap_or(UNIX_EPOCH),
+            });
+        }
+        v.sort_by(|a, b| b.modified.cmp(&a.modified).then_with(|| b.name.cmp(&a.name)));
+        Ok(v)
+    }
+
+    /// Claims a pending report by renaming it into `uploading/`. `Ok(None)` when another process claimed it
+    /// first (or it is gone).
+    ///
+    /// # Errors
+    /// I/O errors other than the report having disappeared.
+    pub fn claim(&self, r: &PendingReport) -> io::Result<Option<Claim>> {
+        let dst = self.root.join("uploading").join(format!("{}@{}", r.name, std::process::id()));
+        match fs::rename(&r.path, &dst) {
+            Ok(()) => Ok(Some(Claim { name: r.name.clone(), path: dst, store: self.clone() })),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Moves claims of dead processes (or claims older than [`STALE_CLAIM`]) back to `pending/`. Returns how many.
+    ///
+    /// # Errors
+    /// I/O errors listing `uploading/`.
+    pub fn recover_stale_claims(&self) -> io::Result<usize> {
+        let mut n = 0;
+        for e in fs::read_dir(self.root.join("uploading"))? {
+            let e = e?;
+            let Ok(file) = e.file_name().into_string() else { continue };
+            let Some((name, pid)) = file.rsplit_once('@') else { continue };
+            let pid: u32 = pid.parse().unwrap_or(0);
+            let age = e.metadata().and_then(|m| m.modified()).ok().and_then(|m| m.elapsed().ok());
+            let stale = pid == 0 || !pid_alive(pid) || age.is_some_and(|a| a > STALE_CLAIM);
+            if stale && pid != std::process::id() && fs::rename(e.path(), self.pending_dir().join(name)).is_ok() {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Sets aside torn temporary files left in `pending/` by a handler that died mid-write. Returns how many.
+    ///
+    /// # Errors
+    /// I/O errors listing `pending/`.
+    pub fn sweep_torn(&self) -> io::Result<usize> {
+        let mut n = 0;
+        for e in fs::read_dir(self.pending_dir())? {
+            let e = e?;
+            let Ok(name) = e.file_name().into_string() else { continue };
+            if name.ends_with(&format!(".{REPORT_EXT}")) && !name.starts_with('.') {
+                continue;
+            }
+            let old = e.metadata().and_then(|m| m.modified()).ok().and_then(|m| m.elapsed().ok());
+            if old.is_some_and(|a| a > TORN_AFTER) {
+                let dst = format!("torn-{}.{REPORT_EXT}", name.trim_start_matches('.'));
+                self.move_aside(&e.path(), "damaged", &dst, "torn write: the handler did not finish this report")?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Keeps at most `max` reports in `pending/`: the oldest beyond that are deleted, and each drop is recorded in
+    /// `dropped.log` with its name, size and time. Returns the names dropped.
+    ///
+    /// # Errors
+    /// I/O errors listing, deleting or appending to the log.
+    pub fn enforce_limit(&self, max: usize) -> io::Result<Vec<String>> {
+        let pending = self.pending()?;
+        let mut dropped = Vec::new();
+        for r in pending.iter().skip(max) {
+            fs::remove_file(&r.path)?;
+            let _ = fs::remove_file(self.retry_path(&r.name));
+            let mut o = fs::OpenOptions::new();
+            o.create(true).append(true);
+            #[cfg(unix)]
+            o.mode(0o600);
+            let mut log = o.open(self.root.join("dropped.log"))?;
+            writeln!(log, "{} dropped {} ({} bytes): more than {max} reports pending", now_ms(), r.name, r.size)?;
+            dropped.push(r.name.clone());
+        }
+        Ok(dropped)
+    }
+
+    fn retry_path(&self, name: &str) -> PathBuf {
+        self.root.join("retry").join(format!("{name}.json"))
+    }
+
+    /// The backoff state of a report (default when none is recorded or the record is unreadable).
+    pub fn retry_state(&self, name: &str) -> RetryState {
+        fs::read(self.retry_path(name)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+    }
+
+    /// Records the backoff state of a report.
+    ///
+    /// # Errors
+    /// I/O errors writing the record.
+    pub fn set_retry_state(&self, name: &str, st: &RetryState) -> io::Result<()> {
+        let bytes = serde_json::to_vec(st).map_err(io::Error::other)?;
+        write_private(&self.retry_path(name), &bytes)
+    }
+
+    fn move_aside(&self, from: &Path, sub: &str, name: &str, why: &str) -> io::Result<PathBuf> {
+        let dst = self.root.join(sub).join(name);
+        fs::rename(from, &dst)?;
+        write_private(&self.root.join(sub).join(format!("{name}.why")), why.as_bytes())?;
+        let _ = fs::remove_file(self.retry_path(name));
+        Ok(dst)
+    }
+}
+
+impl Claim {
+    /// Reads the claimed report and checks every CRC.
+    ///
+    /// # Errors
+    /// I/O errors reading the file.
+    pub fn read(&self) -> io::Result<(Vec<u8>, Result<Decoded, report_format::DecodeError>)> {
+        let bytes = fs::read(&self.path)?;
+        let d = report_format::decode(&bytes);
+        Ok((bytes, d))
+    }
+
+    /// The server has the report: delete the local copy and its retry state.
+    ///
+    /// # Errors
+    /// I/O errors deleting the file.
+    pub fn delivered(self) -> io::Result<()> {
+        let _ = fs::remove_file(self.store.retry_path(&self.name));
+        fs::remove_file(&self.path)
+    }
+
+    /// Records the report's backoff state (kept across launches).
+    ///
+    /// # Errors
+    /// I/O errors writing the record.
+    pub fn store_retry(&self, st: &RetryState) -> io::Result<()> {
+        self.store.set_retry_state(&self.name, st)
+    }
+
+    /// Gives the report back to `pending/` for a later attempt.
+    ///
+    /// # Errors
+    /// I/O errors renaming the file (it then stays claimed and is recovered at the next launch).
+    pub fn release(self) -> io::Result<()> {
+        fs::rename(&self.path, self.store.pending_dir().join(&self.name))
+    }
+
+    /// Moves the report to `damaged/` (or `expired/`) with the reason next to it. Never deletes it.
+    ///
+    /// # Errors
+    /// I/O errors moving the file or writing the reason.
+    pub fn set_aside(self, sub: Aside, why: &str) -> io::Result<PathBuf> {
+        let dir = match sub {
+            Aside::Damaged => "damaged",
+            Aside::Expired => "expired",
+        };
+        self.store.move_aside(&self.path, dir, &self.name, why)
+    }
+}
+
+/// Where a report that will not be uploaded goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Aside {
+    /// Corrupt, or refused by the server.
+    Damaged,
+    /// Older than the maximum age.
+    Expired,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[cfg(unix)]
+    use std::os::unix::fs::PermissionsExt;
+
+    fn report(store: &Store, name: &str) -> PendingReport {
+        let r = report_format::Report { format_version: (1, 0), ..Default::default() };
+        let bytes = report_format::owned::to_bytes(&r).expect("encodes");
+        fs::write(store.pending_dir().join(name), bytes).expect("write");
+        store.pending().expect("list").into_iter().find(|p| p.name == name).expect("listed")
+    }
+
+    #[test]
+    fn layout_is_private_and_claims_are_exclusive() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = Store::open(dir.path().join("reports")).expect("open");
+        #[cfg(unix)]
+        for d in ["pending", "uploading", "damaged", "expired", "retry"] {
+            let mode = fs::metadata(s.root().join(d)).expect("dir").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{d}");
+        }
+        let r = report(&s, "a.crp");
+        let c = s.claim(&r).expect("claim").expect("first claim wins");
+        assert!(s.claim(&r).expect("claim").is_none(), "second claim of the same report loses");
+        assert!(s.pending().expect("list").is_empty());
+        c.release().expect("release");
+        assert_eq!(s.pending().expect("list").len(), 1);
+    }
+
+    #[test]
+    fn stale_claims_of_dead_processes_come_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = Store::open(dir.path()).expect("open");
+        // A pid that cannot exist (above the kernel's pid_max limit).
+        fs::write(s.root().join("uploading/x.crp@4194305"), b"x").expect("write");
+        fs::write(s.root().join(format!("uploading/y.crp@{}", std::process::id())), b"y").expect("write");
+        assert_eq!(s.recover_stale_claims().expect("recover"), 1);
+        assert!(s.pending_dir().join("x.crp").exists());
+        assert!(s.root().join(format!("uploading/y.crp@{}", std::process::id())).exists(), "own claim kept");
+    }
+
+    #[test]
+    fn limit_drops_oldest_and_records_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = Store::open(dir.path()).expect("open");
+        for (i, n) in ["old.crp", "mid.crp", "new.crp"].iter().enumerate() {
+            report(&s, n);
+            let t = SystemTime::now() - Duration::from_secs(100 - i as u64 * 10);
+            fs::File::options()
+                .write(true)
+                .open(s.pending_dir().join(n))
+                .expect("open")
+                .set_modified(t)
+                .expect("mtime");
+        }
+        assert_eq!(s.enforce_limit(2).expect("limit"), vec!["old.crp".to_string()]);
+        let names: Vec<String> = s.pending().expect("list").into_iter().map(|p| p.name).collect();
+        assert_eq!(names, vec!["new.crp", "mid.crp"]);
+        let log = fs::read_to_string(s.root().join("dropped.log")).expect("log");
+        assert!(log.contains("dropped old.crp") && log.contains("more than 2 reports pending"), "{log}");
+    }
+
+    #[test]
+    fn torn_temporaries_are_set_aside_not_deleted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = Store::open(dir.path()).expect("open");
+        let tmp = s.pending_dir().join(".abc.tmp");
+        fs::write(&tmp, b"\x89CRP partial").expect("write");
+        fs::write(s.pending_dir().join(".fresh.tmp"), b"in progress").expect("write");
+        fs::File::options()
+            .write(true)
+            .open(&tmp)
+            .expect("open")
+            .set_modified(SystemTime::now() - Duration::from_secs(3600))
+            .expect("mtime");
+        assert_eq!(s.sweep_torn().expect("sweep"), 1);
+        assert_eq!(s.list("damaged").expect("list"), vec!["torn-abc.tmp.crp".to_string()]);
+        let why = fs::read_to_string(s.root().join("damaged/torn-abc.tmp.crp.why")).expect("why");
+        assert!(why.contains("torn write"));
+        assert!(s.pending_dir().join(".fresh.tmp").exists(), "a write in progress is left alone");
+    }
+
+    #[test]
+    fn retry_state_persists_with_private_mode() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = Store::open(dir.path()).expect("open");
+        assert_eq!(s.retry_state("a.crp"), RetryState::default());
+        let st = RetryState { attempts: 3, next_attempt_ms: 42, last_error: "HTTP 503".into() };
+        s.set_retry_state("a.crp", &st).expect("write");
+        assert_eq!(Store::open(dir.path()).expect("reopen").retry_state("a.crp"), st);
+        #[cfg(unix)]
+        assert_eq!(fs::metadata(s.root().join("retry/a.crp.json")).expect("f").permissions().mode() & 0o777, 0o600);
+    }
+}
