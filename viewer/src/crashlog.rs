@@ -1,0 +1,277 @@
+//! The intermediate "crash log" model the renderer prints. Both inputs map into it (our reports in
+//! [`crate::from_report`], Apple's `.ips` in [`crate::ips`]), so both get identical rendering rules. Every value is
+//! already a display string or a plain number; the renderer only lays them out.
+//!
+//! `Serialize` gives the JSON of `viewer --format json` (snake_case keys; absent values are `null`).
+
+use report_format::model::ImageId;
+use serde::Serialize;
+
+/// Which Apple layout to follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Flavor {
+    /// iOS / iPadOS / tvOS / watchOS: 21-column header labels, `Thread N Crashed:`, `EOF` at the end.
+    Ios,
+    /// macOS: 23-column labels, `Thread N Crashed::`, bundle id and dashed UUID in Binary Images.
+    Macos,
+    /// Linux: the iOS layout with signals instead of Mach exceptions (see `viewer/README.md`).
+    Linux,
+}
+
+/// A whole crash log ready to print.
+#[derive(Clone, Debug, Serialize)]
+pub struct CrashLog {
+    /// Layout family.
+    pub flavor: Flavor,
+    /// Header fields (process, OS, times).
+    pub header: Header,
+    /// Exception block.
+    pub exception: ExceptionInfo,
+    /// Index (in `threads`' numbering) of the thread that crashed.
+    pub triggered_thread: Option<u32>,
+    /// Application Specific Information lines.
+    pub asi: Vec<String>,
+    /// Kernel Triage text (`.ips` `ktriageinfo`), newline-terminated lines.
+    pub kernel_triage: Option<String>,
+    /// VM Region Info text (`.ips` `vmRegionInfo`).
+    pub vm_region_info: Option<String>,
+    /// Threads in report order.
+    pub threads: Vec<ThreadLog>,
+    /// Register state of the crashed thread.
+    pub crashed_state: Option<ThreadState>,
+    /// Instruction bytes around the crashed PC (macOS `.ips`).
+    pub instruction_stream: Option<InstructionStream>,
+    /// Images in report order.
+    pub images: Vec<ImageLog>,
+    /// External Modification Summary (macOS `.ips` `extMods`).
+    pub ext_mods: Option<ExtMods>,
+    /// VM Region Summary text (macOS `.ips` `vmSummary`).
+    pub vm_summary: Option<String>,
+    /// What is damaged or missing in the input, one plain sentence each.
+    pub problems: Vec<String>,
+    /// Symbolication notes (debug files not used and why).
+    pub symbol_notes: Vec<String>,
+}
+
+/// Header fields; each is omitted from the text when `None`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Header {
+    /// Incident Identifier (uppercase dashed UUID).
+    pub incident: Option<String>,
+    /// CrashReporter Key (iOS) / Anonymous UUID (macOS).
+    pub crash_reporter_key: Option<String>,
+    /// Hardware Model, e.g. `iPhone14,2`.
+    pub hardware_model: Option<String>,
+    /// Process name.
+    pub process_name: Option<String>,
+    /// Process id.
+    pub pid: Option<u64>,
+    /// Executable path.
+    pub path: Option<String>,
+    /// Bundle identifier (Identifier line).
+    pub identifier: Option<String>,
+    /// `CFBundleShortVersionString`.
+    pub short_version: Option<String>,
+    /// `CFBundleVersion`.
+    pub bundle_version: Option<String>,
+    /// Code Type without the `(Native)` suffix: `ARM-64`, `X86-64`, `ARM`, `X86`.
+    pub code_type: Option<String>,
+    /// True when the process ran translated (Rosetta).
+    pub translated: bool,
+    /// Role, e.g. `Foreground`.
+    pub role: Option<String>,
+    /// Parent process name.
+    pub parent_name: Option<String>,
+    /// Parent process id.
+    pub parent_pid: Option<u64>,
+    /// Responsible process name (macOS).
+    pub responsible_name: Option<String>,
+    /// Responsible process id (macOS).
+    pub responsible_pid: Option<u64>,
+    /// User ID (macOS).
+    pub user_id: Option<u64>,
+    /// Coalition name.
+    pub coalition_name: Option<String>,
+    /// Coalition id.
+    pub coalition_id: Option<u64>,
+    /// Date/Time, already formatted (`2022-08-04 01:11:01.2455 +0900`).
+    pub date_time: Option<String>,
+    /// Launch Time, already formatted.
+    pub launch_time: Option<String>,
+    /// OS Version, e.g. `iPhone OS 15.5 (19F77)`.
+    pub os_version: Option<String>,
+    /// Release Type, e.g. `User`.
+    pub release_type: Option<String>,
+    /// Baseband Version.
+    pub baseband_version: Option<String>,
+    /// Report Version (`104` iOS, `12` macOS).
+    pub report_version: Option<String>,
+    /// Time Awake Since Boot in seconds (macOS).
+    pub uptime_seconds: Option<u64>,
+    /// System Integrity Protection state (macOS).
+    pub sip: Option<String>,
+}
+
+/// The exception block.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ExceptionInfo {
+    /// Exception Type, complete: `EXC_BAD_ACCESS (SIGSEGV)`, `SIGSEGV (SEGV_MAPERR)` on Linux.
+    pub exception_type: Option<String>,
+    /// Exception Codes, complete: `0x0000000000000001, 0x00000001ad98ab74`.
+    pub codes: Option<String>,
+    /// Exception Subtype (readable codes): `KERN_INVALID_ADDRESS at 0x0000000000000001`.
+    pub subtype: Option<String>,
+    /// Exception Message.
+    pub message: Option<String>,
+    /// Exception Note, e.g. `EXC_CORPSE_NOTIFY`.
+    pub note: Option<String>,
+    /// Termination namespace, e.g. `SIGNAL`.
+    pub termination_namespace: Option<String>,
+    /// Termination code.
+    pub termination_code: Option<u64>,
+    /// Termination indicator, e.g. `Trace/BPT trap: 5`.
+    pub termination_indicator: Option<String>,
+    /// Terminating Process, complete: `exc handler [1730]`.
+    pub terminating_process: Option<String>,
+}
+
+/// One thread.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ThreadLog {
+    /// Index in the report's thread list (the `N` of `Thread N`).
+    pub index: u32,
+    /// Thread name.
+    pub name: Option<String>,
+    /// Dispatch queue label.
+    pub queue: Option<String>,
+    /// True for the crashed thread.
+    pub crashed: bool,
+    /// Frames, one per printed line (inlined frames included).
+    pub frames: Vec<FrameLog>,
+    /// Extra lines printed after the frames (not captured, truncated, repeats), without indentation.
+    pub notes: Vec<String>,
+}
+
+/// One printed frame line.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FrameLog {
+    /// Raw frame address (the return address for callers).
+    pub address: u64,
+    /// Index into [`CrashLog::images`], `None` when no image holds the address.
+    pub image: Option<usize>,
+    /// Symbol, when known.
+    pub symbol: Option<SymbolInfo>,
+    /// True for a line describing a function inlined at this address (printed before its caller).
+    pub inlined: bool,
+    /// Position of the frame in the captured stack (0 = the PC). Symbol lookup uses `address - 1` when it is not 0.
+    pub stack_index: usize,
+}
+
+/// A resolved symbol for a frame.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SymbolInfo {
+    /// Demangled function name.
+    pub name: String,
+    /// Decimal offset of the frame address from the function (or inlined range) start, when known.
+    pub offset: Option<u64>,
+    /// Source file name as recorded in the debug info (Apple prints the last path component).
+    pub file: Option<String>,
+    /// Source line (0 when the line is unknown but the file is).
+    pub line: Option<u64>,
+}
+
+/// The register block of the crashed thread.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ThreadState {
+    /// Thread index the state belongs to.
+    pub thread: u32,
+    /// Register set: `arm64`, `x86_64` or another name (printed generically).
+    pub register_set: String,
+    /// Named values in set order (missing ones are not listed).
+    pub registers: Vec<(String, u64)>,
+    /// Description printed after `esr:` (arm64) / `Error Code:` (x86_64).
+    pub fault_description: Option<String>,
+    /// Logical CPU (x86_64 `.ips`).
+    pub cpu: Option<u64>,
+}
+
+/// Instruction bytes around the crashed PC.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct InstructionStream {
+    /// Thread index.
+    pub thread: u32,
+    /// The bytes.
+    pub bytes: Vec<u8>,
+    /// Offset of the PC's instruction in `bytes`.
+    pub offset: usize,
+}
+
+/// One Binary Images line.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ImageLog {
+    /// Load address.
+    pub base: u64,
+    /// Size in bytes (the inclusive end printed is `base + size - 1`).
+    pub size: u64,
+    /// Image name.
+    pub name: Option<String>,
+    /// Path.
+    pub path: Option<String>,
+    /// Architecture: `arm64`, `arm64e`, `x86_64`.
+    pub arch: Option<String>,
+    /// UUID or build ID.
+    pub id: Option<ImageId>,
+    /// Bundle identifier (macOS Binary Images).
+    pub bundle_id: Option<String>,
+    /// `CFBundleShortVersionString` (macOS Binary Images).
+    pub short_version: Option<String>,
+    /// Slide / load bias (runtime minus link-time address), when the report has it.
+    pub slide: Option<i64>,
+}
+
+impl ImageLog {
+    /// True when `address` lies in `[base, base + size)`.
+    pub fn contains(&self, address: u64) -> bool {
+        address >= self.base && address - self.base < self.size
+    }
+}
+
+/// External Modification Summary counters (macOS).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ExtMods {
+    /// Calls made by other processes targeting this process: (task_for_pid, thread_create, thread_set_state).
+    pub targeted: [u64; 3],
+    /// Calls made by this process.
+    pub caller: [u64; 3],
+    /// Calls made by all processes on this machine.
+    pub system: [u64; 3],
+}
+
+impl CrashLog {
+    /// An empty log of the given flavor.
+    pub fn new(flavor: Flavor) -> Self {
+        CrashLog {
+            flavor,
+            header: Header::default(),
+            exception: ExceptionInfo::default(),
+            triggered_thread: None,
+            asi: Vec::new(),
+            kernel_triage: None,
+            vm_region_info: None,
+            threads: Vec::new(),
+            crashed_state: None,
+            instruction_stream: None,
+            images: Vec::new(),
+            ext_mods: None,
+            vm_summary: None,
+            problems: Vec::new(),
+            symbol_notes: Vec::new(),
+        }
+    }
+
+    /// Index of the image holding `address`: the first whose range contains it.
+    pub fn image_for(&self, address: u64) -> Option<usize> {
+        self.images.iter().position(|i| i.contains(address))
+    }
+}

@@ -1,0 +1,258 @@
+//! `viewer`: the command line over the `viewer` library. See `viewer/README.md` for the CLI and exit codes.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use viewer::{Format, Layout, Loaded, SymbolStore};
+
+/// Exit code: rendered, input intact.
+const EXIT_OK: u8 = 0;
+/// Exit code: the input could not be read or is not a crash report / `.ips` file.
+const EXIT_INPUT: u8 = 1;
+// 2 is clap's usage-error code.
+/// Exit code: rendered, but the report is damaged (what is missing is listed in the output and on stderr).
+const EXIT_DAMAGED: u8 = 3;
+/// Exit code: the output could not be written.
+const EXIT_OUTPUT: u8 = 4;
+
+const EXAMPLES: &str = "\
+Examples:
+  viewer crash.report                         render one of our reports (modern Apple layout)
+  viewer crash.report --symbols MyApp.app.dSYM --symbols build/
+  viewer MyApp-2022-08-04-011101.ips          render an Apple .ips the same way
+  viewer --legacy crash.report                iOS <= 14 layout
+  viewer --format json crash.report           decoded report and model as JSON
+  cat crash.report | viewer - -o crash.txt    read stdin, write a file
+  viewer atos -o MyApp.app.dSYM -l 0x1007d4000 0x1007da384 0x1007da4bc
+
+Exit codes: 0 rendered; 1 unreadable or unknown input; 2 usage error; 3 rendered but the report is damaged;
+4 output not writable.";
+
+/// Render crash reports (ours and Apple's .ips) as Apple crash text, symbolicated.
+#[derive(Parser, Debug)]
+#[command(name = "viewer", version, after_help = EXAMPLES, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    render: RenderArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Render a report or .ips file (the default when no subcommand is given).
+    #[command(after_help = EXAMPLES)]
+    Render(RenderArgs),
+    /// Resolve single addresses like Apple's atos: function + offset (file:line) per address.
+    #[command(
+        after_help = "Examples:\n  viewer atos -o MyApp.app.dSYM -l 0x1007d4000 0x1007da384\n  viewer atos --symbols build/ --uuid 82D13D98-219E-3040-B62A-07A297007A7C -l 0x1007d4000 0x1007da384\n  viewer atos -o ./myprog -l 0x0 0x1139"
+    )]
+    Atos(AtosArgs),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum OutFormat {
+    /// Apple crash text.
+    Text,
+    /// JSON with stable keys.
+    Json,
+}
+
+#[derive(Args, Debug)]
+struct RenderArgs {
+    /// Report or .ips file to render; `-` reads standard input.
+    #[arg(value_name = "REPORT")]
+    input: Option<String>,
+    /// Debug file, dSYM bundle or directory searched recursively (repeatable).
+    #[arg(short, long = "symbols", value_name = "PATH")]
+    symbols: Vec<PathBuf>,
+    /// Do not look for debug files at the images' own paths or in /usr/lib/debug.
+    #[arg(long)]
+    no_auto_symbols: bool,
+    /// Do not symbolicate at all.
+    #[arg(long)]
+    no_symbolicate: bool,
+    /// Print the iOS <= 14 (legacy) layout.
+    #[arg(long)]
+    legacy: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    format: OutFormat,
+    /// Write to FILE instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct AtosArgs {
+    /// Debug file: dSYM bundle, Mach-O (thin or universal) or ELF.
+    #[arg(short = 'o', long = "object", value_name = "DEBUG_FILE")]
+    object: Option<PathBuf>,
+    /// Search these paths for the debug file with --uuid (repeatable).
+    #[arg(short, long = "symbols", value_name = "PATH")]
+    symbols: Vec<PathBuf>,
+    /// UUID or build ID selecting the debug file / universal slice.
+    #[arg(long)]
+    uuid: Option<String>,
+    /// Architecture selecting the universal slice (arm64, x86_64, ...).
+    #[arg(long)]
+    arch: Option<String>,
+    /// Runtime load address of the image (hex with 0x, or decimal).
+    #[arg(short, long = "load-address", value_name = "ADDR", value_parser = parse_addr)]
+    load_address: u64,
+    /// Addresses to resolve (hex with 0x, or decimal).
+    #[arg(required = true, value_parser = parse_addr)]
+    addresses: Vec<u64>,
+    /// Write to FILE instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+fn parse_addr(s: &str) -> Result<u64, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|e| format!("not an address: {s:?} ({e})"))
+}
+
+fn parse_id(s: &str) -> Option<report_format::model::ImageId> {
+    let hex: String = s.chars().filter(|c| *c != '-').collect();
+    if hex.len() % 2 != 0 || hex.is_empty() {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> =
+        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok()).collect();
+    let bytes = bytes?;
+    Some(match <[u8; 16]>::try_from(bytes.as_slice()) {
+        Ok(u) => report_format::model::ImageId::Uuid(u),
+        Err(_) => report_format::model::ImageId::BuildId(bytes),
+    })
+}
+
+fn write_out(output: Option<&PathBuf>, text: &str) -> Result<(), String> {
+    match output {
+        Some(p) => std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display())),
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes()).and_then(|_| out.flush()).map_err(|e| format!("cannot write output: {e}"))
+        }
+    }
+}
+
+fn run_render(a: RenderArgs) -> u8 {
+    let Some(input) = a.input else {
+        eprintln!("viewer: no REPORT given (use - for standard input); see viewer --help");
+        return 2;
+    };
+    let bytes = if input == "-" {
+        let mut v = Vec::new();
+        if let Err(e) = std::io::stdin().lock().read_to_end(&mut v) {
+            eprintln!("viewer: cannot read standard input: {e}");
+            return EXIT_INPUT;
+        }
+        v
+    } else {
+        match std::fs::read(&input) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("viewer: cannot read {input}: {e}");
+                return EXIT_INPUT;
+            }
+        }
+    };
+    let mut loaded: Loaded = match viewer::load(&bytes) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("viewer: {input}: {e}");
+            return EXIT_INPUT;
+        }
+    };
+    let mut store = if a.no_auto_symbols { SymbolStore::only(a.symbols) } else { SymbolStore::new(a.symbols) };
+    let layout = if a.legacy { Layout::Legacy } else { Layout::Modern };
+    let format = if a.format == OutFormat::Json { Format::Json } else { Format::Text };
+    let text = viewer::render_loaded(&mut loaded, layout, format, (!a.no_symbolicate).then_some(&mut store));
+    if let Some(log) = loaded.log() {
+        for n in &log.symbol_notes {
+            eprintln!("viewer: symbols: {n}");
+        }
+    }
+    if let Err(e) = write_out(a.output.as_ref(), &text) {
+        eprintln!("viewer: {e}");
+        return EXIT_OUTPUT;
+    }
+    let problems = loaded.problems();
+    if problems.is_empty() {
+        EXIT_OK
+    } else {
+        eprintln!("viewer: {input}: the report is damaged; rendered what survived:");
+        for p in problems {
+            eprintln!("viewer:   {p}");
+        }
+        EXIT_DAMAGED
+    }
+}
+
+fn run_atos(a: AtosArgs) -> u8 {
+    let id = match a.uuid.as_deref().map(parse_id) {
+        Some(None) => {
+            eprintln!("viewer atos: --uuid is not hex");
+            return 2;
+        }
+        Some(Some(id)) => Some(id),
+        None => None,
+    };
+    let mut store = SymbolStore::only(a.symbols.clone());
+    let file = match &a.object {
+        Some(path) => {
+            // A dSYM bundle: use the DWARF files inside it.
+            let dwarf_dir = path.join("Contents/Resources/DWARF");
+            if dwarf_dir.is_dir() {
+                let mut s = SymbolStore::only(vec![dwarf_dir.clone()]);
+                let f = std::fs::read_dir(&dwarf_dir)
+                    .ok()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|e| e.ok())
+                    .find_map(|e| s.load_path(&e.path(), id.as_ref(), a.arch.as_deref()));
+                for n in s.notes() {
+                    eprintln!("viewer atos: {n}");
+                }
+                f
+            } else {
+                store.load_path(path, id.as_ref(), a.arch.as_deref())
+            }
+        }
+        None => match &id {
+            Some(id) => store.find(&viewer::symbols::ImageQuery { id: Some(id.clone()), ..Default::default() }),
+            None => {
+                eprintln!("viewer atos: give a debug file with -o, or --symbols with --uuid");
+                return 2;
+            }
+        },
+    };
+    for n in store.notes() {
+        eprintln!("viewer atos: {n}");
+    }
+    let Some(file) = file else {
+        eprintln!("viewer atos: no usable debug file");
+        return EXIT_INPUT;
+    };
+    let text: String = viewer::atos(&file, a.load_address, &a.addresses).iter().map(viewer::format_atos).collect();
+    if let Err(e) = write_out(a.output.as_ref(), &text) {
+        eprintln!("viewer atos: {e}");
+        return EXIT_OUTPUT;
+    }
+    EXIT_OK
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Some(Command::Render(a)) => run_render(a),
+        Some(Command::Atos(a)) => run_atos(a),
+        None => run_render(cli.render),
+    };
+    ExitCode::from(code)
+}

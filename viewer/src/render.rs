@@ -1,0 +1,555 @@
+//! Prints a [`CrashLog`] in Apple's crash text layout, byte for byte as `docs/apple-crash-format.md` describes:
+//! modern (iOS 15+/macOS 12+, checked against Apple's own translations of the fixtures) or legacy (iOS <= 14).
+//!
+//! Pure: no I/O, no symbol lookup (symbols are filled into the model beforehand by [`crate::symbolicate`]).
+
+use crate::crashlog::{CrashLog, Flavor, FrameLog, ImageLog, SymbolInfo, ThreadLog, ThreadState};
+use std::fmt::Write as _;
+
+/// Which era's layout to print.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Layout {
+    /// iOS 15+/macOS 12+ (Console / Xcode translation of `.ips`).
+    #[default]
+    Modern,
+    /// iOS <= 14 / macOS <= 11 ReportCrash text.
+    Legacy,
+}
+
+/// Renders the log as text.
+pub fn render(log: &CrashLog, layout: Layout) -> String {
+    let mut out = String::with_capacity(16 * 1024 + log.threads.len() * 4096);
+    match (log.flavor, layout) {
+        (Flavor::Macos, Layout::Modern) => render_macos(log, &mut out),
+        (_, Layout::Modern) => render_ios(log, &mut out, false),
+        (_, Layout::Legacy) => render_ios(log, &mut out, true),
+    }
+    out
+}
+
+/// A header line: label and colon, then spaces to `width` (at least one), then the value.
+fn field(out: &mut String, width: usize, label: &str, value: Option<&str>) {
+    if let Some(v) = value {
+        let l = format!("{label}: ");
+        let _ = writeln!(out, "{l:<width$}{v}");
+    }
+}
+
+fn name_pid(name: Option<&str>, pid: Option<u64>) -> Option<String> {
+    match (name, pid) {
+        (Some(n), Some(p)) => Some(format!("{n} [{p}]")),
+        (Some(n), None) => Some(n.to_string()),
+        (None, Some(p)) => Some(format!("??? [{p}]")),
+        (None, None) => None,
+    }
+}
+
+fn code_type(log: &CrashLog) -> Option<String> {
+    let h = &log.header;
+    h.code_type.as_ref().map(|c| format!("{c} ({})", if h.translated { "Translated" } else { "Native" }))
+}
+
+fn version(log: &CrashLog, legacy: bool) -> Option<String> {
+    let h = &log.header;
+    let (a, b) = if legacy { (&h.bundle_version, &h.short_version) } else { (&h.short_version, &h.bundle_version) };
+    match (a, b) {
+        (Some(a), Some(b)) => Some(format!("{a} ({b})")),
+        (Some(a), None) => Some(a.clone()),
+        (None, Some(b)) => Some(format!("??? ({b})")),
+        (None, None) => None,
+    }
+}
+
+fn problems_block(log: &CrashLog, out: &mut String) {
+    if log.problems.is_empty() {
+        return;
+    }
+    out.push_str("Report Damage: this report is incomplete; everything below is what survived.\n");
+    for p in &log.problems {
+        let _ = writeln!(out, "  - {p}");
+    }
+    out.push('\n');
+}
+
+fn render_ios(log: &CrashLog, out: &mut String, legacy: bool) {
+    const W: usize = 21;
+    let h = &log.header;
+    out.push('\n');
+    problems_block(log, out);
+    field(out, W, "Incident Identifier", h.incident.as_deref());
+    field(out, W, "CrashReporter Key", h.crash_reporter_key.as_deref());
+    field(out, W, "Hardware Model", h.hardware_model.as_deref());
+    field(out, W, "Process", name_pid(h.process_name.as_deref(), h.pid).as_deref());
+    field(out, W, "Path", h.path.as_deref());
+    field(out, W, "Identifier", h.identifier.as_deref());
+    field(out, W, "Version", version(log, legacy).as_deref());
+    field(out, W, "Code Type", code_type(log).as_deref());
+    field(out, W, "Role", h.role.as_deref());
+    field(out, W, "Parent Process", name_pid(h.parent_name.as_deref(), h.parent_pid).as_deref());
+    let coalition = h.coalition_name.as_deref().map(|n| match h.coalition_id {
+        Some(id) => format!("{n} [{id}]"),
+        None => n.to_string(),
+    });
+    field(out, W, "Coalition", coalition.as_deref());
+    out.push('\n');
+    field(out, W, "Date/Time", h.date_time.as_deref());
+    field(out, W, "Launch Time", h.launch_time.as_deref());
+    field(out, W, "OS Version", h.os_version.as_deref());
+    field(out, W, "Release Type", h.release_type.as_deref());
+    field(out, W, "Baseband Version", h.baseband_version.as_deref());
+    field(out, W, "Report Version", Some(h.report_version.as_deref().unwrap_or("104")));
+    out.push('\n');
+    if legacy {
+        out.push('\n');
+    }
+
+    let e = &log.exception;
+    let line = |out: &mut String, label: &str, v: &Option<String>| {
+        if let Some(v) = v {
+            let _ = writeln!(out, "{label}{v}");
+        }
+    };
+    line(out, "Exception Type:  ", &e.exception_type);
+    line(out, "Exception Subtype: ", &e.subtype);
+    line(out, "Exception Message: ", &e.message);
+    line(out, "Exception Codes: ", &e.codes);
+    if let Some(info) = &log.vm_region_info {
+        let _ = writeln!(out, "VM Region Info: {info}");
+    }
+    line(out, "Exception Note:  ", &e.note);
+    if legacy {
+        if let Some(ind) = &e.termination_indicator {
+            let _ = writeln!(out, "Termination Signal: {ind}");
+        }
+        if let Some(ns) = &e.termination_namespace {
+            let code = e.termination_code.map(|c| format!(", Code {c:#x}")).unwrap_or_default();
+            let _ = writeln!(out, "Termination Reason: Namespace {ns}{code}");
+        }
+    } else if let Some(reason) = termination_modern(log) {
+        let _ = writeln!(out, "Termination Reason: {reason}");
+    }
+    line(out, "Terminating Process: ", &e.terminating_process);
+    if let Some(t) = log.triggered_thread {
+        if !legacy {
+            out.push('\n');
+        }
+        let _ = writeln!(out, "Triggered by Thread:  {t}");
+    }
+    out.push('\n');
+    if !log.asi.is_empty() {
+        out.push_str("Application Specific Information:\n");
+        for m in &log.asi {
+            out.push_str(m);
+            if !m.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        out.push_str(if legacy { "\n" } else { "\n\n" });
+    }
+    if let Some(kt) = &log.kernel_triage {
+        out.push_str("Kernel Triage:\n");
+        out.push_str(kt);
+        if !kt.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str("\n\n");
+    }
+
+    for t in &log.threads {
+        thread_header_ios(out, t, legacy);
+        frames(out, log, t, legacy);
+        out.push('\n');
+    }
+    if let Some(st) = &log.crashed_state {
+        out.push('\n');
+        registers(out, st);
+        out.push('\n');
+    }
+    if let Some(is) = &log.instruction_stream {
+        instruction_stream(out, is);
+    }
+    out.push_str("Binary Images:\n");
+    for im in &log.images {
+        image_line_ios(out, im, legacy);
+    }
+    out.push_str("\nEOF\n\n");
+}
+
+fn termination_modern(log: &CrashLog) -> Option<String> {
+    let e = &log.exception;
+    let ns = e.termination_namespace.as_deref()?;
+    let mut s = ns.to_string();
+    if let Some(c) = e.termination_code {
+        let _ = write!(s, " {c}");
+    }
+    if let Some(ind) = &e.termination_indicator {
+        let _ = write!(s, " {ind}");
+    }
+    Some(s)
+}
+
+fn thread_header_ios(out: &mut String, t: &ThreadLog, legacy: bool) {
+    let n = t.index;
+    match (&t.name, &t.queue) {
+        (Some(name), Some(q)) => {
+            let _ = writeln!(out, "Thread {n} name:  {name} Dispatch queue: {q}");
+        }
+        (Some(name), None) => {
+            let _ = writeln!(out, "Thread {n} name:  {name}");
+        }
+        (None, Some(q)) => {
+            let sp = if legacy { "  " } else { "   " };
+            let _ = writeln!(out, "Thread {n} name:{sp}Dispatch queue: {q}");
+        }
+        (None, None) => {}
+    }
+    if t.crashed {
+        let _ = writeln!(out, "Thread {n} Crashed:");
+    } else {
+        let _ = writeln!(out, "Thread {n}:");
+    }
+}
+
+fn thread_header_macos(out: &mut String, t: &ThreadLog) {
+    let n = t.index;
+    let crashed = if t.crashed { " Crashed" } else { "" };
+    let suffix = thread_suffix_macos(t);
+    let colons = if suffix.is_empty() { ":" } else { "::" };
+    let _ = writeln!(out, "Thread {n}{crashed}{colons}{suffix}");
+}
+
+/// ` <name> Dispatch queue: <q>` as macOS prints after `Thread N::` and `Crashed Thread: N` (empty when neither).
+fn thread_suffix_macos(t: &ThreadLog) -> String {
+    let mut s = String::new();
+    if t.name.is_none() && t.queue.is_none() {
+        return s;
+    }
+    s.push(' ');
+    if let Some(name) = &t.name {
+        s.push_str(name);
+    }
+    if let Some(q) = &t.queue {
+        let _ = write!(s, " Dispatch queue: {q}");
+    }
+    s
+}
+
+fn basename(p: &str) -> &str {
+    p.rsplit(['/', '\\']).next().unwrap_or(p)
+}
+
+/// The symbol part of a frame line: `symbol + offset (file:line)` or `0xLOAD + offset`.
+pub fn symbol_part(frame: &FrameLog, image: Option<&ImageLog>) -> String {
+    match &frame.symbol {
+        Some(sym) => symbol_text(sym, frame.inlined),
+        None => {
+            let base = image.map(|i| i.base).unwrap_or(0);
+            format!("{base:#x} + {}", frame.address.wrapping_sub(base))
+        }
+    }
+}
+
+fn symbol_text(sym: &SymbolInfo, inlined: bool) -> String {
+    let mut s = sym.name.clone();
+    if let Some(off) = sym.offset {
+        let _ = write!(s, " + {off}");
+    }
+    if let Some(file) = &sym.file {
+        let _ = write!(s, " ({}:{})", basename(file), sym.line.unwrap_or(0));
+    }
+    if inlined {
+        s.push_str(" [inlined]");
+    }
+    s
+}
+
+fn frames(out: &mut String, log: &CrashLog, t: &ThreadLog, legacy: bool) {
+    for (i, f) in t.frames.iter().enumerate() {
+        let image = f.image.and_then(|x| log.images.get(x));
+        let name = image.and_then(|im| im.name.as_deref()).unwrap_or("???");
+        let sym = symbol_part(f, image);
+        if legacy {
+            let _ = writeln!(out, "{i:<4}{name:<30}\t0x{:016x} {sym}", f.address);
+        } else {
+            let _ = writeln!(out, "{i:<4}{name:<30}\t{:#18x} {sym}", f.address);
+        }
+    }
+    for note in &t.notes {
+        let _ = writeln!(out, "    {note}");
+    }
+}
+
+fn cell(out: &mut String, name: &str, v: u64, wide: bool) {
+    if wide {
+        let _ = write!(out, "{name:>5}: 0x{v:016x}");
+    } else {
+        let _ = write!(out, "{name:>5}: 0x{v:08x}");
+    }
+}
+
+fn registers(out: &mut String, st: &ThreadState) {
+    let get = |n: &str| st.registers.iter().find(|(k, _)| k == n).map(|(_, v)| *v);
+    match st.register_set.as_str() {
+        "arm64" => {
+            let _ = writeln!(out, "Thread {} crashed with ARM Thread State (64-bit):", st.thread);
+            let mut rows: Vec<Vec<&str>> = Vec::new();
+            let xs: Vec<String> = (0..29).map(|i| format!("x{i}")).collect();
+            let mut row: Vec<&str> = Vec::new();
+            for x in xs.iter().take(28) {
+                row.push(x);
+                if row.len() == 4 {
+                    rows.push(std::mem::take(&mut row));
+                }
+            }
+            rows.push(vec![&xs[28], "fp", "lr"]);
+            rows.push(vec!["sp", "pc", "cpsr"]);
+            rows.push(vec!["far", "esr"]);
+            for r in rows {
+                let present: Vec<(&str, u64)> = r.iter().filter_map(|n| get(n).map(|v| (*n, v))).collect();
+                if present.is_empty() {
+                    continue;
+                }
+                out.push(' ');
+                for (n, v) in present {
+                    cell(out, n, v, !matches!(n, "cpsr" | "esr"));
+                    if n == "esr" {
+                        if let Some(d) = &st.fault_description {
+                            let _ = write!(out, " {d}");
+                        }
+                    }
+                }
+                out.push('\n');
+            }
+        }
+        "x86_64" => {
+            let _ = writeln!(out, "Thread {} crashed with X86 Thread State (64-bit):", st.thread);
+            let rows: [&[&str]; 5] = [
+                &["rax", "rbx", "rcx", "rdx"],
+                &["rdi", "rsi", "rbp", "rsp"],
+                &["r8", "r9", "r10", "r11"],
+                &["r12", "r13", "r14", "r15"],
+                &["rip", "rflags", "cr2"],
+            ];
+            for r in rows {
+                let present: Vec<(&str, u64)> = r.iter().filter_map(|n| get(n).map(|v| (*n, v))).collect();
+                if present.is_empty() {
+                    continue;
+                }
+                for (n, v) in present {
+                    cell(out, if n == "rflags" { "rfl" } else { n }, v, true);
+                }
+                out.push('\n');
+            }
+            out.push_str("  \n");
+            if let Some(cpu) = st.cpu {
+                let _ = writeln!(out, "Logical CPU:     {cpu}");
+            }
+            if let Some(err) = get("err") {
+                let _ = write!(out, "Error Code:      0x{err:08x}");
+                if let Some(d) = &st.fault_description {
+                    let _ = write!(out, " {d}");
+                }
+                out.push('\n');
+            }
+            if let Some(trap) = get("trapno") {
+                let _ = writeln!(out, "Trap Number:     {trap}");
+            }
+        }
+        other => {
+            let _ = writeln!(out, "Thread {} crashed with {other} Thread State:", st.thread);
+            for chunk in st.registers.chunks(4) {
+                for (n, v) in chunk {
+                    cell(out, n, *v, true);
+                }
+                out.push('\n');
+            }
+        }
+    }
+}
+
+fn instruction_stream(out: &mut String, is: &crate::crashlog::InstructionStream) {
+    let _ = writeln!(out, "Thread {} instruction stream:", is.thread);
+    for (row, chunk) in is.bytes.chunks(16).enumerate() {
+        let mut line = String::from(" ");
+        let mut marked_line = false;
+        for (i, b) in chunk.iter().enumerate() {
+            let pos = row * 16 + i;
+            let sep = if pos == is.offset {
+                marked_line = true;
+                '['
+            } else if pos > 0 && pos - 1 == is.offset && i > 0 {
+                ']'
+            } else if i == 8 {
+                '-'
+            } else {
+                ' '
+            };
+            line.push(sep);
+            let _ = write!(line, "{b:02x}");
+        }
+        if chunk.last().is_some() && row * 16 + chunk.len() - 1 == is.offset {
+            line.push(']');
+        } else {
+            line.push(' ');
+        }
+        for _ in chunk.len()..16 {
+            line.push_str("   ");
+        }
+        line.push(' ');
+        for b in chunk {
+            line.push(if (0x20..0x7f).contains(b) { *b as char } else { '.' });
+        }
+        if marked_line {
+            line.push_str("\t<==");
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.push('\n');
+}
+
+fn uuid_plain(im: &ImageLog) -> String {
+    im.id.as_ref().map(|id| id.to_hex()).unwrap_or_default()
+}
+
+fn uuid_dashed(im: &ImageLog) -> String {
+    let hex = uuid_plain(im);
+    if hex.len() != 32 {
+        return hex;
+    }
+    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+}
+
+fn image_line_ios(out: &mut String, im: &ImageLog, legacy: bool) {
+    let end = im.base.wrapping_add(im.size).wrapping_sub(1);
+    let name = im.name.as_deref().unwrap_or("???");
+    let arch = im.arch.as_deref().unwrap_or("unknown-arch");
+    let path = im.path.as_deref().unwrap_or("???");
+    let id = uuid_plain(im);
+    if legacy {
+        let _ = writeln!(out, "{:#x} - {:#x} {name} {arch}  <{id}> {path}", im.base, end);
+    } else {
+        let _ = writeln!(out, "{:#18x} - {:#18x} {name} {arch}  <{id}> {path}", im.base, end);
+    }
+}
+
+fn image_line_macos(out: &mut String, im: &ImageLog) {
+    let end = im.base.wrapping_add(im.size).wrapping_sub(1);
+    let name = im.bundle_id.as_deref().or(im.name.as_deref()).unwrap_or("???");
+    let version = im.short_version.as_deref().unwrap_or("*");
+    let path = im.path.as_deref().unwrap_or("???");
+    let _ = writeln!(out, "{:#18x} - {:#18x} {name} ({version}) <{}> {path}", im.base, end, uuid_dashed(im));
+}
+
+fn render_macos(log: &CrashLog, out: &mut String) {
+    const W: usize = 23;
+    let h = &log.header;
+    out.push('\n');
+    problems_block(log, out);
+    field(out, W, "Process", name_pid(h.process_name.as_deref(), h.pid).as_deref());
+    field(out, W, "Path", h.path.as_deref());
+    field(out, W, "Identifier", h.identifier.as_deref().or(h.process_name.as_deref()));
+    field(out, W, "Version", Some(version(log, false).as_deref().unwrap_or("???")));
+    field(out, W, "Code Type", code_type(log).as_deref());
+    field(out, W, "Parent Process", name_pid(h.parent_name.as_deref(), h.parent_pid).as_deref());
+    field(out, W, "Responsible", name_pid(h.responsible_name.as_deref(), h.responsible_pid).as_deref());
+    field(out, W, "User ID", h.user_id.map(|u| u.to_string()).as_deref());
+    out.push('\n');
+    field(out, W, "Date/Time", h.date_time.as_deref());
+    field(out, W, "OS Version", h.os_version.as_deref());
+    field(out, W, "Report Version", Some(h.report_version.as_deref().unwrap_or("12")));
+    field(out, W, "Anonymous UUID", h.crash_reporter_key.as_deref());
+    out.push_str("\n\n");
+    if let Some(up) = h.uptime_seconds {
+        let _ = writeln!(out, "Time Awake Since Boot: {up} seconds\n");
+    }
+    if let Some(sip) = &h.sip {
+        let _ = writeln!(out, "System Integrity Protection: {sip}\n");
+    }
+    if let Some(t) = log.triggered_thread {
+        let suffix = log.threads.iter().find(|x| x.index == t).map(thread_suffix_macos).unwrap_or_default();
+        field(out, W, "Crashed Thread", Some(&format!("{t}{suffix}")));
+        out.push('\n');
+    }
+    let e = &log.exception;
+    field(out, W, "Exception Type", e.exception_type.as_deref());
+    field(out, W, "Exception Codes", e.subtype.as_deref());
+    field(out, W, "Exception Codes", e.codes.as_deref());
+    field(out, W, "Exception Message", e.message.as_deref());
+    field(out, W, "Exception Note", e.note.as_deref());
+    out.push('\n');
+    if let Some(ns) = &e.termination_namespace {
+        let mut reason = format!("Namespace {ns}");
+        if let Some(c) = e.termination_code {
+            let _ = write!(reason, ", Code {c}");
+        }
+        if let Some(ind) = &e.termination_indicator {
+            let _ = write!(reason, " {ind}");
+        }
+        field(out, W, "Termination Reason", Some(&reason));
+    }
+    field(out, W, "Terminating Process", e.terminating_process.as_deref());
+    out.push('\n');
+    if !log.asi.is_empty() {
+        out.push_str("Application Specific Information:\n");
+        for m in &log.asi {
+            out.push_str(m);
+            if !m.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        out.push('\n');
+    }
+    if let Some(kt) = &log.kernel_triage {
+        out.push_str("Kernel Triage:\n");
+        out.push_str(kt);
+        if !kt.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push('\n');
+    }
+    if let Some(info) = &log.vm_region_info {
+        let _ = writeln!(out, "VM Region Info: {info}\n");
+    }
+    for t in &log.threads {
+        thread_header_macos(out, t);
+        frames(out, log, t, false);
+        out.push('\n');
+    }
+    if let Some(st) = &log.crashed_state {
+        out.push('\n');
+        registers(out, st);
+        out.push('\n');
+    }
+    if let Some(is) = &log.instruction_stream {
+        instruction_stream(out, is);
+    }
+    out.push_str("Binary Images:\n");
+    for im in &log.images {
+        image_line_macos(out, im);
+    }
+    out.push('\n');
+    if let Some(m) = &log.ext_mods {
+        out.push_str("External Modification Summary:\n");
+        for (title, v) in [
+            ("Calls made by other processes targeting this process:", m.targeted),
+            ("Calls made by this process:", m.caller),
+            ("Calls made by all processes on this machine:", m.system),
+        ] {
+            let _ = writeln!(
+                out,
+                "  {title}\n    task_for_pid: {}\n    thread_create: {}\n    thread_set_state: {}",
+                v[0], v[1], v[2]
+            );
+        }
+        out.push('\n');
+    }
+    if let Some(vm) = &log.vm_summary {
+        out.push_str("VM Region Summary:\n");
+        out.push_str(vm);
+        if !vm.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str("\n\n\n");
+    }
+}

@@ -1,0 +1,603 @@
+//! Finding and reading debug files, and resolving addresses in them.
+//!
+//! [`SymbolStore`] finds the debug file of an image by its UUID (Mach-O `LC_UUID`) or GNU build ID among
+//! `--symbols` paths (files, or directories searched recursively: dSYM bundles, thin and universal Mach-O, ELF
+//! executables and separate ELF debug files including the `.build-id/xx/yyyy.debug` layout), in
+//! `/usr/lib/debug/.build-id`, and at the image's own path when it exists on this machine. A file whose id does not
+//! match is never used; the store records a note saying so.
+//!
+//! Identification reads only headers and load commands (through `object::ReadCache`); a file is read and parsed in
+//! full once, on first use, and cached by path and slice ([`DebugFile`]): the symbol table is sorted by address once
+//! and DWARF is served by an `addr2line::Context`, which indexes units and functions lazily and caches them.
+
+use crate::crashlog::SymbolInfo;
+use crate::demangle;
+use addr2line::Context;
+use gimli::{EndianArcSlice, RunTimeEndian};
+use object::read::macho::{FatArch, MachOFatFile32, MachOFatFile64};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ReadCache, ReadRef, SectionKind};
+use report_format::model::ImageId;
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+
+type Reader = EndianArcSlice<RunTimeEndian>;
+
+/// Directory searched for `.build-id/xx/yyyy.debug` files automatically.
+pub const SYSTEM_DEBUG_DIR: &str = "/usr/lib/debug";
+
+/// Depth limit of the recursive directory search (guards against symlink loops).
+const MAX_DEPTH: usize = 24;
+
+/// One object inside a file: the whole file, or one slice of a universal (fat) Mach-O.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ObjectRef {
+    /// File path.
+    pub path: PathBuf,
+    /// Byte range of the slice in a universal file: `(offset, size)`; `None` for a thin file.
+    pub slice: Option<(u64, u64)>,
+}
+
+/// What identifies one object: its id and architecture.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    /// Where it is.
+    pub object: ObjectRef,
+    /// UUID or build ID.
+    pub id: Option<ImageId>,
+    /// Architecture name (`arm64`, `arm64e`, `x86_64`, `i386`, `armv7`, ...).
+    pub arch: String,
+    /// True when the object has DWARF debug info.
+    pub has_dwarf: bool,
+}
+
+/// Reads the ids and architectures of every object in a file (one per slice of a universal Mach-O) without
+/// reading the whole file. Returns an empty list for files that are not Mach-O or ELF.
+pub fn identify(path: &Path) -> Vec<Identity> {
+    let Ok(file) = fs::File::open(path) else { return Vec::new() };
+    let cache = ReadCache::new(file);
+    let Ok(magic) = (&cache).read_bytes_at(0, 4) else { return Vec::new() };
+    let mut out = Vec::new();
+    match magic {
+        [0xca, 0xfe, 0xba, 0xbe] => {
+            if let Ok(fat) = MachOFatFile32::parse(&cache) {
+                for a in fat.arches() {
+                    let (off, size) = a.file_range();
+                    identify_one(path, &cache, Some((off, size)), &mut out);
+                }
+            }
+        }
+        [0xca, 0xfe, 0xba, 0xbf] => {
+            if let Ok(fat) = MachOFatFile64::parse(&cache) {
+                for a in fat.arches() {
+                    let (off, size) = a.file_range();
+                    identify_one(path, &cache, Some((off, size)), &mut out);
+                }
+            }
+        }
+        [0xfe, 0xed, 0xfa, 0xce | 0xcf] | [0xce | 0xcf, 0xfa, 0xed, 0xfe] | [0x7f, b'E', b'L', b'F'] => {
+            identify_one(path, &cache, None, &mut out);
+        }
+        _ => {}
+    }
+    out
+}
+
+fn identify_one(path: &Path, cache: &ReadCache<fs::File>, slice: Option<(u64, u64)>, out: &mut Vec<Identity>) {
+    let parsed = match slice {
+        Some((off, size)) => object::File::parse(cache.range(off, size)).map(|f| describe(&f)),
+        None => {
+            let len = cache.len().unwrap_or(0);
+            object::File::parse(cache.range(0, len)).map(|f| describe(&f))
+        }
+    };
+    if let Ok((id, arch, has_dwarf)) = parsed {
+        out.push(Identity { object: ObjectRef { path: path.to_path_buf(), slice }, id, arch, has_dwarf });
+    }
+}
+
+fn describe<'a, R: ReadRef<'a>>(f: &object::File<'a, R>) -> (Option<ImageId>, String, bool) {
+    let id = match f.format() {
+        object::BinaryFormat::MachO => f.mach_uuid().ok().flatten().map(ImageId::Uuid),
+        _ => f.build_id().ok().flatten().map(|b| ImageId::BuildId(b.to_vec())),
+    };
+    let has_dwarf = f.section_by_name(".debug_info").is_some();
+    (id, arch_name(f), has_dwarf)
+}
+
+fn arch_name<'a, R: ReadRef<'a>>(f: &object::File<'a, R>) -> String {
+    use object::Architecture as A;
+    let arm64e = matches!(f.flags(), object::FileFlags::MachO { .. })
+        && f.architecture() == A::Aarch64
+        && macho_cpusubtype(f) == Some(2);
+    match f.architecture() {
+        A::Aarch64 if arm64e => "arm64e".into(),
+        A::Aarch64 => "arm64".into(),
+        A::Aarch64_Ilp32 => "arm64_32".into(),
+        A::X86_64 => "x86_64".into(),
+        A::I386 => "i386".into(),
+        A::Arm => "armv7".into(),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+fn macho_cpusubtype<'a, R: ReadRef<'a>>(f: &object::File<'a, R>) -> Option<u32> {
+    use object::read::macho::MachHeader;
+    match f {
+        object::File::MachO64(m) => Some(m.macho_header().cpusubtype(m.endian()) & 0x00ff_ffff),
+        _ => None,
+    }
+}
+
+/// A parsed debug file (or slice): symbol table and DWARF, ready for lookups.
+pub struct DebugFile {
+    /// Where it came from.
+    pub identity: Identity,
+    /// Link-time address of the image start: Mach-O `__TEXT` vmaddr; ELF first `PT_LOAD` vaddr (page-aligned).
+    pub image_base: u64,
+    /// Is this a Mach-O (symbol names carry a leading `_`)?
+    macho: bool,
+    /// Function symbols sorted by address: (start, end, raw name).
+    symbols: Vec<(u64, u64, String)>,
+    /// DWARF, when present.
+    dwarf: Option<Context<Reader>>,
+}
+
+impl std::fmt::Debug for DebugFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DebugFile")
+            .field("identity", &self.identity)
+            .field("image_base", &self.image_base)
+            .field("symbols", &self.symbols.len())
+            .field("dwarf", &self.dwarf.is_some())
+            .finish()
+    }
+}
+
+/// Why a debug file could not be loaded.
+#[derive(Debug)]
+pub enum LoadError {
+    /// Reading the file failed.
+    Io(std::io::Error),
+    /// The bytes are not an object file `object` can parse.
+    Parse(String),
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadError::Io(e) => write!(f, "cannot read: {e}"),
+            LoadError::Parse(e) => write!(f, "not a usable object file: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+impl DebugFile {
+    /// Reads and parses one object. For a universal file, `identity.object.slice` selects the slice.
+    ///
+    /// # Errors
+    /// [`LoadError::Io`] when the file cannot be read, [`LoadError::Parse`] when it is not a Mach-O/ELF object.
+    pub fn load(identity: Identity) -> Result<DebugFile, LoadError> {
+        let data = fs::read(&identity.object.path).map_err(LoadError::Io)?;
+        let bytes: &[u8] = match identity.object.slice {
+            Some((off, size)) => usize::try_from(off)
+                .ok()
+                .zip(usize::try_from(size).ok())
+                .and_then(|(o, s)| data.get(o..o.checked_add(s)?))
+                .ok_or_else(|| LoadError::Parse("universal slice out of bounds".into()))?,
+            None => &data,
+        };
+        let obj = object::File::parse(bytes).map_err(|e| LoadError::Parse(e.to_string()))?;
+        let macho = obj.format() == object::BinaryFormat::MachO;
+        let image_base = if macho {
+            obj.segments().find(|s| s.name().ok().flatten() == Some("__TEXT")).map(|s| s.address()).unwrap_or(0)
+        } else {
+            obj.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff
+        };
+        let symbols = symbol_table(&obj);
+        let dwarf = if obj.section_by_name(".debug_info").is_some() { load_dwarf(&obj) } else { None };
+        Ok(DebugFile { identity, image_base, macho, symbols, dwarf })
+    }
+
+    /// Number of function symbols indexed.
+    pub fn symbol_count(&self) -> usize {
+        self.symbols.len()
+    }
+
+    /// True when DWARF line information is available.
+    pub fn has_dwarf(&self) -> bool {
+        self.dwarf.is_some()
+    }
+
+    /// Resolves a link-time address (SVMA). `probe` is where to look (the address, or address - 1 for a return
+    /// address); offsets are computed from `address`. Returns the frames at that address, innermost (inlined)
+    /// first and the out-of-line function last; empty when nothing covers it.
+    pub fn lookup(&self, address: u64, probe: u64) -> Vec<SymbolInfo> {
+        let mut out = Vec::new();
+        if let Some(ctx) = &self.dwarf {
+            if let Ok(mut frames) = ctx.find_frames(probe).skip_all_loads() {
+                while let Ok(Some(f)) = frames.next() {
+                    let raw = f.function.as_ref().and_then(|n| n.raw_name().ok()).map(|c| c.into_owned());
+                    let start = f.dw_die_offset.and_then(|off| die_start(ctx, probe, off));
+                    let (file, line) = match &f.location {
+                        Some(l) => (l.file.map(str::to_string), l.file.map(|_| u64::from(l.line.unwrap_or(0)))),
+                        None => (None, None),
+                    };
+                    out.push(SymbolInfo {
+                        name: raw.as_deref().map(demangle::demangle).unwrap_or_default(),
+                        offset: start.map(|s| address.wrapping_sub(s)),
+                        file,
+                        line,
+                    });
+                }
+            }
+        }
+        let sym = self.symbol_at(probe);
+        if let Some(last) = out.last_mut() {
+            // The out-of-line function: fill a missing name or start from the symbol table.
+            if let Some((start, _, raw)) = sym {
+                if last.name.is_empty() {
+                    last.name = self.display_name(raw);
+                }
+                if last.offset.is_none() {
+                    last.offset = Some(address.wrapping_sub(start));
+                }
+            }
+            out.retain(|s| !s.name.is_empty());
+            if !out.is_empty() {
+                return out;
+            }
+        }
+        if let Some((start, _, raw)) = sym {
+            out = vec![SymbolInfo {
+                name: self.display_name(raw),
+                offset: Some(address.wrapping_sub(start)),
+                file: None,
+                line: None,
+            }];
+        }
+        out
+    }
+
+    /// The symbol-table entry covering `addr`: `(start, end, raw name)`.
+    pub fn symbol_at(&self, addr: u64) -> Option<(u64, u64, &str)> {
+        let i = self.symbols.partition_point(|s| s.0 <= addr);
+        let (start, end, name) = self.symbols.get(i.checked_sub(1)?)?;
+        (addr < *end).then_some((*start, *end, name.as_str()))
+    }
+
+    /// Demangled display form of a raw symbol-table name (Mach-O's leading `_` removed first).
+    pub fn display_name(&self, raw: &str) -> String {
+        let n = if self.macho { demangle::strip_macho_underscore(raw) } else { raw };
+        demangle::demangle(n)
+    }
+}
+
+fn die_start(ctx: &Context<Reader>, probe: u64, off: gimli::UnitOffset<usize>) -> Option<u64> {
+    let unit = ctx.find_dwarf_and_unit(probe).skip_all_loads()?;
+    let entry = unit.entry(off).ok()?;
+    let mut ranges = unit.die_ranges(&entry).ok()?;
+    let mut best = None;
+    while let Ok(Some(r)) = ranges.next() {
+        if r.begin <= probe && probe < r.end {
+            return Some(r.begin);
+        }
+        if best.is_none() {
+            best = Some(r.begin);
+        }
+    }
+    best
+}
+
+fn symbol_table<'a>(obj: &object::File<'a>) -> Vec<(u64, u64, String)> {
+    let text_sections: HashMap<object::SectionIndex, (u64, u64)> = obj
+        .sections()
+        .filter(|s| s.kind() == SectionKind::Text)
+        .map(|s| (s.index(), (s.address(), s.address().saturating_add(s.size()))))
+        .collect();
+    let mut raw: Vec<(u64, u64, String, bool)> = Vec::new();
+    let push_from = |raw: &mut Vec<(u64, u64, String, bool)>,
+                     syms: &mut dyn Iterator<Item = object::Symbol<'a, '_>>| {
+        for s in syms {
+            if s.is_undefined() {
+                continue;
+            }
+            let Some(idx) = s.section_index() else { continue };
+            let Some(&(_, sec_end)) = text_sections.get(&idx) else { continue };
+            let Ok(name) = s.name() else { continue };
+            if name.is_empty() {
+                continue;
+            }
+            let end = if s.size() > 0 { s.address().saturating_add(s.size()) } else { sec_end };
+            raw.push((
+                s.address(),
+                end.max(sec_end.min(s.address().saturating_add(1))),
+                name.to_string(),
+                s.is_global(),
+            ));
+        }
+    };
+    push_from(&mut raw, &mut obj.symbols());
+    if raw.is_empty() {
+        push_from(&mut raw, &mut obj.dynamic_symbols());
+    }
+    // Sort by address; at equal addresses prefer global names, then the first seen.
+    raw.sort_by(|a, b| a.0.cmp(&b.0).then(b.3.cmp(&a.3)));
+    raw.dedup_by(|b, a| a.0 == b.0);
+    // A symbol without a size ends where the next one starts.
+    let n = raw.len();
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let (start, end, ref name, _) = raw[i];
+        let next = raw.get(i + 1).map(|r| r.0).unwrap_or(u64::MAX);
+        let end = if end > start { end.min(next.max(start + 1)) } else { next };
+        out.push((start, end, name.clone()));
+    }
+    out
+}
+
+fn load_dwarf(obj: &object::File<'_>) -> Option<Context<Reader>> {
+    let endian = if obj.is_little_endian() { RunTimeEndian::Little } else { RunTimeEndian::Big };
+    let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
+        let data: Arc<[u8]> = match obj.section_by_name(id.name()) {
+            Some(s) => match s.uncompressed_data() {
+                Ok(d) => Arc::from(&*d),
+                Err(_) => Arc::from(&[][..]),
+            },
+            None => Arc::from(&[][..]),
+        };
+        Ok(EndianArcSlice::new(data, endian))
+    };
+    let dwarf = gimli::Dwarf::load(load).ok()?;
+    Context::from_dwarf(dwarf).ok()
+}
+
+/// What the store needs to know about an image to find its debug file.
+#[derive(Clone, Debug, Default)]
+pub struct ImageQuery {
+    /// Image name (file name).
+    pub name: Option<String>,
+    /// Path on the crashed machine.
+    pub path: Option<String>,
+    /// UUID or build ID.
+    pub id: Option<ImageId>,
+    /// Architecture, when known.
+    pub arch: Option<String>,
+}
+
+/// Finds debug files and caches them for the whole run.
+#[derive(Default)]
+pub struct SymbolStore {
+    search_paths: Vec<PathBuf>,
+    use_image_paths: bool,
+    use_system_dirs: bool,
+    scanned: bool,
+    /// Everything identified in the search paths.
+    candidates: Vec<Identity>,
+    by_id: HashMap<Vec<u8>, Vec<usize>>,
+    /// Parsed files, by object (path + slice).
+    loaded: HashMap<ObjectRef, Option<Rc<DebugFile>>>,
+    /// Resolution per image query (id hex or name), so each image is looked up once.
+    resolved: HashMap<String, Option<Rc<DebugFile>>>,
+    notes: Vec<String>,
+}
+
+impl std::fmt::Debug for SymbolStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SymbolStore")
+            .field("search_paths", &self.search_paths)
+            .field("candidates", &self.candidates.len())
+            .field("loaded", &self.loaded.len())
+            .finish()
+    }
+}
+
+impl SymbolStore {
+    /// A store searching `paths` (files or directories), plus the images' own paths and `/usr/lib/debug`.
+    pub fn new(paths: Vec<PathBuf>) -> Self {
+        SymbolStore { search_paths: paths, use_image_paths: true, use_system_dirs: true, ..Default::default() }
+    }
+
+    /// A store that only uses `paths` (no image paths, no system directories): reproducible in tests.
+    pub fn only(paths: Vec<PathBuf>) -> Self {
+        SymbolStore { search_paths: paths, ..Default::default() }
+    }
+
+    /// Notes gathered so far: debug files not used and why, files that failed to parse.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// Takes the notes gathered so far.
+    pub fn take_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notes)
+    }
+
+    fn scan(&mut self) {
+        if self.scanned {
+            return;
+        }
+        self.scanned = true;
+        let paths = self.search_paths.clone();
+        for p in paths {
+            if !p.exists() {
+                self.notes.push(format!("symbol path {} does not exist", p.display()));
+                continue;
+            }
+            self.walk(&p, 0);
+        }
+    }
+
+    fn walk(&mut self, p: &Path, depth: usize) {
+        if depth > MAX_DEPTH {
+            return;
+        }
+        let Ok(meta) = fs::metadata(p) else { return };
+        if meta.is_dir() {
+            let Ok(rd) = fs::read_dir(p) else { return };
+            let mut entries: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+            entries.sort();
+            for e in entries {
+                self.walk(&e, depth + 1);
+            }
+        } else if meta.is_file() {
+            for ident in identify(p) {
+                let i = self.candidates.len();
+                if let Some(id) = &ident.id {
+                    self.by_id.entry(id.bytes().to_vec()).or_default().push(i);
+                }
+                self.candidates.push(ident);
+            }
+        }
+    }
+
+    fn load(&mut self, ident: &Identity) -> Option<Rc<DebugFile>> {
+        if let Some(f) = self.loaded.get(&ident.object) {
+            return f.clone();
+        }
+        let f = match DebugFile::load(ident.clone()) {
+            Ok(f) => Some(Rc::new(f)),
+            Err(e) => {
+                self.notes.push(format!("{}: {e}", ident.object.path.display()));
+                None
+            }
+        };
+        self.loaded.insert(ident.object.clone(), f.clone());
+        f
+    }
+
+    /// Loads a specific file (for `atos`), choosing the slice of a universal file by `id`, then `arch`, then the
+    /// first slice.
+    pub fn load_path(&mut self, path: &Path, id: Option<&ImageId>, arch: Option<&str>) -> Option<Rc<DebugFile>> {
+        let idents = identify(path);
+        let pick = idents
+            .iter()
+            .find(|i| id.is_some() && i.id.as_ref() == id)
+            .or_else(|| idents.iter().find(|i| arch.is_some() && Some(i.arch.as_str()) == arch))
+            .or_else(|| idents.iter().find(|_| id.is_none() && arch.is_none()))
+            .cloned();
+        match pick {
+            Some(i) => self.load(&i),
+            None => {
+                if idents.is_empty() {
+                    self.notes.push(format!("{}: not a Mach-O or ELF file", path.display()));
+                } else {
+                    self.notes.push(format!("{}: no slice matches the requested UUID/architecture", path.display()));
+                }
+                None
+            }
+        }
+    }
+
+    /// Finds (once per image) and loads the debug file for an image.
+    pub fn find(&mut self, q: &ImageQuery) -> Option<Rc<DebugFile>> {
+        let key = match &q.id {
+            Some(id) => id.to_hex(),
+            None => format!(
+                "name:{}:{}",
+                q.path.as_deref().or(q.name.as_deref()).unwrap_or(""),
+                q.arch.as_deref().unwrap_or("")
+            ),
+        };
+        if let Some(r) = self.resolved.get(&key) {
+            return r.clone();
+        }
+        let r = self.find_uncached(q);
+        self.resolved.insert(key, r.clone());
+        r
+    }
+
+    fn find_uncached(&mut self, q: &ImageQuery) -> Option<Rc<DebugFile>> {
+        self.scan();
+        let label = q.name.as_deref().unwrap_or("???").to_string();
+        if let Some(id) = &q.id {
+            let idx: Vec<usize> = self.by_id.get(id.bytes()).cloned().unwrap_or_default();
+            // Prefer objects with DWARF (dSYMs, unstripped ELF) over stripped ones.
+            let mut ordered: Vec<Identity> = idx.iter().map(|&i| self.candidates[i].clone()).collect();
+            ordered.sort_by_key(|i| !i.has_dwarf);
+            for ident in ordered {
+                if let Some(f) = self.load(&ident) {
+                    return Some(f);
+                }
+            }
+            if let ImageId::BuildId(b) = id {
+                if self.use_system_dirs && b.len() > 1 {
+                    let hex = id.to_hex();
+                    let p = Path::new(SYSTEM_DEBUG_DIR)
+                        .join(".build-id")
+                        .join(&hex[..2])
+                        .join(format!("{}.debug", &hex[2..]));
+                    if let Some(i) = identify(&p).into_iter().find(|i| i.id.as_ref() == Some(id)) {
+                        if let Some(f) = self.load(&i) {
+                            return Some(f);
+                        }
+                    }
+                }
+            }
+        }
+        if self.use_image_paths {
+            if let Some(path) = q.path.as_deref().filter(|p| Path::new(p).is_file()) {
+                let idents = identify(Path::new(path));
+                let hit = idents.iter().find(|i| match &q.id {
+                    Some(id) => i.id.as_ref() == Some(id),
+                    None => q.arch.as_deref().map(|a| a == i.arch).unwrap_or(true),
+                });
+                match hit {
+                    Some(i) => {
+                        let i = i.clone();
+                        if let Some(f) = self.load(&i) {
+                            return Some(f);
+                        }
+                    }
+                    None => {
+                        if let (Some(want), Some(got)) = (&q.id, idents.iter().find_map(|i| i.id.as_ref())) {
+                            self.notes.push(format!(
+                                "{label}: {path} on this machine has id {} but the report's image has {}; not used",
+                                got.to_hex(),
+                                want.to_hex()
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        // No id match: explain candidates that carry the image's name but another id.
+        let name = q.name.as_deref().unwrap_or("");
+        if !name.is_empty() {
+            let mut seen = false;
+            for c in &self.candidates {
+                let fname = c.object.path.file_name().and_then(|f| f.to_str()).unwrap_or("");
+                let stem_match = fname == name || fname == format!("{name}.debug");
+                if !stem_match {
+                    continue;
+                }
+                match (&q.id, &c.id) {
+                    (Some(want), Some(got)) if want != got => {
+                        if q.arch.as_deref().map(|a| a == c.arch || a.starts_with(&c.arch)).unwrap_or(true) || !seen {
+                            self.notes.push(format!(
+                                "{label}: debug file {} ({}) has id {} but the report's image has {}; not used",
+                                c.object.path.display(),
+                                c.arch,
+                                got.to_hex(),
+                                want.to_hex()
+                            ));
+                            seen = true;
+                        }
+                    }
+                    (None, _) => {
+                        if q.arch.as_deref().map(|a| a == c.arch).unwrap_or(true) {
+                            let c = c.clone();
+                            return self.load(&c);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        None
+    }
+}
