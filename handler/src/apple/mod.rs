@@ -1,2 +1,35 @@
-//! Pure Apple-platform decoding (exception messages, codes, thread states, `__crash_info`); runs and is tested on
-//! every host. Work in progress.
+//! Pure Apple-platform decoding, compiled and tested on every host (nothing here calls Darwin):
+//!
+//! - [`exc`]: Mach exception types, codes, behaviours and masks with their names, and the exception → signal
+//!   mapping in Darwin's signal numbering;
+//! - [`msg`]: the `mach_exc` request/reply messages (`#[repr(C, packed(4))]`, 64-bit codes, trailer room),
+//!   decoded from and encoded into byte buffers;
+//! - [`state`]: `ARM_THREAD_STATE64`/`ARM_EXCEPTION_STATE64` and `x86_THREAD_STATE64`/`x86_EXCEPTION_STATE64` word
+//!   arrays → `report_format::regs` value arrays;
+//! - [`pac`]: arm64e pointer-authentication stripping by virtual-address width;
+//! - [`crash_info`]: the `__crash_info` record and a bounded C-string reader over a fault-proof read callback.
+//!
+//! Everything here may run at crash time: no allocation, no locks, no panics (the lints below enforce the
+//! indexing/unwrap/arithmetic part outside tests), no formatting. The Darwin-only FFI lives in `darwin`
+//! (`handler/src/platform/darwin/`), compiled only for Apple targets.
+
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::arithmetic_side_effects
+    )
+)]
+
+pub mod crash_info;
+pub mod exc;
+pub mod msg;
+pub mod pac;
+pub mod state;
+
+#[cfg(target_vendor = "apple")]
+#[path = "../platform/darwin/mod.rs"]
+pub mod darwin;

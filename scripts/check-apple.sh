@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Apple type-check and lint: `cargo clippy -D warnings` over the whole workspace (all targets) for every Apple
+# target we ship to. Nothing is linked and nothing runs: Darwin code is type-checked only.
+#
+# Needs Debian's Rust toolchain, which ships the standard library's source so `-Zbuild-std` can build `std` for the
+# Apple targets (see ../shared/docs/toolchain.md §1). This script installs nothing; in CI, .ci/run first does
+#   apt-get install -y --no-install-recommends rustc-web cargo-web rust-web-src rust-web-clippy
+# (rustc-web: /usr/bin/rustc, cargo-web: /usr/bin/cargo, rust-web-src: /usr/lib/rustlib/src/rust/library,
+#  rust-web-clippy: /usr/bin/cargo-clippy + clippy-driver). Never `rustup target add`.
+#
+# Usage: scripts/check-apple.sh [target ...]      (default: all five Apple targets below)
+# Environment:
+#   APPLE_TARGET_DIR   cargo target dir for these builds (default: <repo>/target/apple, kept apart from the host
+#                      build because it is built by a different compiler with -Zbuild-std)
+#   CHECK_APPLE_EXCLUDE  space-separated workspace packages left out (default: "viewer"; set to "" to check all).
+#                      Why viewer: it is the engineer-side CLI, never linked into an app, and its dependency
+#                      symbolic-demangle (features swift/cpp) compiles C++ in a build script; on Apple targets cc-rs
+#                      asks `xcrun` for the Apple SDK, which does not exist on Linux, so the build script fails before
+#                      clippy sees any Rust. Drop the default once viewer gates those features to non-Apple targets.
+# The first run per target builds std (~45 s, ~220 MB each); later runs take seconds.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+target_dir="${APPLE_TARGET_DIR:-$repo/target/apple}"
+
+# Debian's compiler, not rustup's proxies in ~/.cargo/bin: rustup's stable rustc cannot build the 1.96 std source.
+export PATH="/usr/bin:$PATH"
+export RUSTC=/usr/bin/rustc
+# -Zbuild-std is unstable; allow it on this stable compiler for these cross-target checks only.
+export RUSTC_BOOTSTRAP=1
+unset RUSTC_WRAPPER RUSTFLAGS CARGO_BUILD_RUSTFLAGS CARGO_ENCODED_RUSTFLAGS
+
+for tool in /usr/bin/cargo /usr/bin/rustc /usr/bin/cargo-clippy; do
+  if [ ! -x "$tool" ]; then
+    echo "check-apple: $tool missing; install rustc-web cargo-web rust-web-src rust-web-clippy" >&2
+    exit 2
+  fi
+done
+if [ ! -d /usr/lib/rustlib/src/rust/library ]; then
+  echo "check-apple: std source missing (/usr/lib/rustlib/src/rust/library); install rust-web-src" >&2
+  exit 2
+fi
+
+if [ "$#" -gt 0 ]; then
+  targets=("$@")
+else
+  targets=(aarch64-apple-ios aarch64-apple-ios-sim x86_64-apple-ios aarch64-apple-darwin x86_64-apple-darwin)
+fi
+
+exclude_args=()
+for p in ${CHECK_APPLE_EXCLUDE-viewer}; do
+  exclude_args+=(--exclude "$p")
+done
+[ "${#exclude_args[@]}" -gt 0 ] && echo "check-apple: not checked: ${CHECK_APPLE_EXCLUDE-viewer}"
+
+cd "$repo"
+status=0
+for t in "${targets[@]}"; do
+  echo "==> check-apple: clippy --target $t (type-check only, nothing runs)"
+  start=$(date +%s)
+  if /usr/bin/cargo clippy -Zbuild-std=std,panic_abort --target "$t" --target-dir "$target_dir" \
+      --workspace ${exclude_args[@]+"${exclude_args[@]}"} --all-targets -- -D warnings; then
+    echo "==> check-apple: $t ok ($(( $(date +%s) - start )) s)"
+  else
+    echo "==> check-apple: $t FAILED ($(( $(date +%s) - start )) s)" >&2
+    status=1
+  fi
+done
+exit "$status"
