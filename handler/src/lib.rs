@@ -1,5 +1,32 @@
 //! Crash capture: signal handlers (Linux, and the fallback on Apple platforms) and the Mach exception server
 //! (Apple platforms).
+//!
+//! Public API: [`install`] / [`uninstall`] / [`refresh_images`] with a [`Config`]; [`test_hooks`] for the
+//! crash-test client. Module map:
+//!
+//! - [`config`], [`install`] (install time: may allocate and lock);
+//! - [`crash`]: the platform-neutral crash-path core (thread table, image table, re-entrancy gate, report writer);
+//! - [`unwind`]: the pure frame-pointer walker over a [`unwind::MemoryReader`];
+//! - [`arch`]: pure register decoding (x86-64 `gregs`, arm64 `sigcontext`) and PAC stripping;
+//! - [`platform`]: OS backends (`platform::linux`: install, image snapshot, and its `crash/` signal handlers);
+//! - [`apple`], [`macho`]: pure Apple decoding, tested on every host.
+//!
+//! Crash-path code lives only in modules whose path contains `/crash/`, `/unwind/` or `/arch/`.
 
 pub mod apple;
+pub mod arch;
+pub mod config;
+pub mod crash;
+pub mod install;
 pub mod macho;
+pub mod platform;
+pub mod unwind;
+
+pub use config::Config;
+pub use install::{install, is_installed, refresh_images, uninstall, InstallError};
+
+/// Hooks for the crash-test client (allocation counting, a deliberate fault inside the handler). Not for
+/// production use.
+pub mod test_hooks {
+    pub use crate::crash::hooks::{set_crash_hook, CrashEvent, CrashHook, FAULT_IN_HANDLER};
+}

@@ -1,0 +1,64 @@
+//! Install-time configuration.
+
+use std::path::PathBuf;
+
+/// Smallest thread table [`crate::install`] accepts.
+pub const MIN_THREADS: usize = 512;
+/// Smallest frame buffer (frames per thread) [`crate::install`] accepts.
+pub const MIN_FRAMES: usize = 512;
+/// Smallest alternate signal stack [`crate::install`] accepts, in bytes.
+pub const MIN_ALT_STACK: usize = 128 * 1024;
+
+/// What [`crate::install`] sets up. Build with [`Config::new`] and adjust fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Directory reports are written to; created (with parents) when missing, opened at install.
+    pub report_dir: PathBuf,
+    /// Application identifier stored as the bundle id (empty: left out).
+    pub app_id: String,
+    /// Marketing version (empty: left out).
+    pub short_version: String,
+    /// Build number (empty: left out).
+    pub build_version: String,
+    /// Threads the table holds (at least [`MIN_THREADS`]). Threads beyond it are not reported.
+    pub max_threads: usize,
+    /// Frames kept per thread (at least [`MIN_FRAMES`]); deeper stacks are compressed (repeats) or truncated.
+    pub max_frames: usize,
+    /// Images the image table holds; images beyond it are dropped (counted at install).
+    pub max_images: usize,
+    /// Bytes of image paths the table holds.
+    pub image_path_bytes: usize,
+    /// Size in bytes of the alternate signal stack installed for the installing thread (at least
+    /// [`MIN_ALT_STACK`]).
+    pub alt_stack_size: usize,
+    /// Size in bytes of the stack the crash owner switches to for the heavy work (walk, encode, write).
+    pub crash_stack_size: usize,
+    /// How long the crash owner waits for all threads to answer the stop signal, in milliseconds.
+    pub stop_timeout_ms: u32,
+    /// How long a stopped thread waits to be released before it resumes on its own, in milliseconds.
+    pub release_timeout_ms: u32,
+    /// The real-time signal used to stop threads (Linux); `None` picks `SIGRTMAX() - 4`.
+    pub stop_signal: Option<i32>,
+}
+
+impl Config {
+    /// Defaults: 512 threads, 512 frames, 1024 images with 128 KiB of paths, 128 KiB alternate stack, 256 KiB
+    /// crash stack, 1 s stop timeout, 10 s release timeout.
+    pub fn new(report_dir: impl Into<PathBuf>) -> Self {
+        Config {
+            report_dir: report_dir.into(),
+            app_id: String::new(),
+            short_version: String::new(),
+            build_version: String::new(),
+            max_threads: MIN_THREADS,
+            max_frames: MIN_FRAMES,
+            max_images: 1024,
+            image_path_bytes: 128 * 1024,
+            alt_stack_size: MIN_ALT_STACK,
+            crash_stack_size: 256 * 1024,
+            stop_timeout_ms: 1000,
+            release_timeout_ms: 10_000,
+            stop_signal: None,
+        }
+    }
+}

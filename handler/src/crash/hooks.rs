@@ -1,0 +1,49 @@
+//! Test hooks called from the crash path. They exist so the crash-test client can prove that nothing allocates
+//! after a fault (it counts allocations between [`CrashEvent::Start`] and [`CrashEvent::BeforeReraise`]) and can
+//! make the handler fault on purpose. Production code leaves them unset.
+//!
+//! Async-signal-safe: one atomic load each.
+
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// When the crash path calls the hook.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashEvent {
+    /// The owning thread entered the handler (before anything else is done).
+    Start = 1,
+    /// The report is written (or failed); previous handlers are about to be restored and the signal re-raised.
+    BeforeReraise = 2,
+}
+
+/// A crash hook. It runs inside a signal handler: it must be async-signal-safe, must not allocate and must not
+/// panic. `tid` is the kernel id of the thread handling the crash.
+pub type CrashHook = extern "C" fn(event: CrashEvent, tid: u64);
+
+static HOOK: AtomicUsize = AtomicUsize::new(0);
+
+/// When true, the crash handler faults on purpose after stopping the other threads (tests of the recursive-crash
+/// path only).
+pub static FAULT_IN_HANDLER: AtomicBool = AtomicBool::new(false);
+
+/// Sets (or clears) the crash hook. For tests.
+pub fn set_crash_hook(hook: Option<CrashHook>) {
+    HOOK.store(hook.map_or(0, |h| h as usize), Ordering::Release);
+}
+
+/// Calls the hook, if one is set. Signal-safe.
+pub(crate) fn call(event: CrashEvent, tid: u64) {
+    let h = HOOK.load(Ordering::Acquire);
+    if h != 0 {
+        #[allow(unsafe_code)]
+        // SAFETY: a non-zero value was stored by `set_crash_hook` from a valid `CrashHook` fn pointer of the same
+        // type, and fn pointers are never null.
+        let f: CrashHook = unsafe { core::mem::transmute::<usize, CrashHook>(h) };
+        f(event, tid);
+    }
+}
+
+/// Whether the test switch asks for a fault inside the handler.
+pub(crate) fn fault_requested() -> bool {
+    FAULT_IN_HANDLER.load(Ordering::Acquire)
+}

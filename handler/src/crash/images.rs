@@ -1,0 +1,229 @@
+//! The preallocated image table: path, load address, text range, load bias and build id of every loaded image.
+//!
+//! Filled at install time (and on explicit refresh) by the platform's snapshot code, read at crash time. Two lists
+//! are kept: a refresh writes the inactive one and then flips `active` (release), so a crash that reads the active
+//! list never sees a half-written entry. Refreshes must be serialized by the caller (the install module holds a
+//! lock for that; no lock is ever taken here). A crash racing two back-to-back refreshes could read a list being
+//! rewritten; the other threads are stopped during a crash, so that needs a refresh on a thread that ignored the
+//! stop signal.
+//!
+//! Reading is allocation-free, lock-free and async-signal-safe.
+#![allow(unsafe_code)]
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicUsize, Ordering};
+use report_format::encode::{Image, ID_KIND_BUILD_ID};
+
+/// Longest build id kept, in bytes (GNU build ids are 20 bytes with SHA-1, 16 with MD5/UUID; 32 allows SHA-256).
+pub const MAX_ID_LEN: usize = 32;
+
+/// One image.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ImageEntry {
+    /// Where the image's first segment (ELF header / Mach-O header) is mapped.
+    pub load_address: u64,
+    /// Bytes from `load_address` to the end of the last executable segment.
+    pub size: u64,
+    /// Load bias (ELF) or slide (Mach-O): runtime minus link-time address.
+    pub bias: i64,
+    path_off: u32,
+    path_len: u32,
+    id: [u8; MAX_ID_LEN],
+    id_len: u8,
+    /// `report_format::encode::ID_KIND_*` of `id`.
+    pub id_kind: u8,
+}
+
+/// A fixed-capacity image list over preallocated storage.
+#[derive(Debug)]
+pub struct ImageList {
+    entries: &'static mut [ImageEntry],
+    count: usize,
+    arena: &'static mut [u8],
+    arena_len: usize,
+    /// Images that did not fit (entries or path bytes).
+    pub dropped: usize,
+}
+
+impl ImageList {
+    /// A list over preallocated entry and path storage (install time).
+    pub fn from_parts(entries: &'static mut [ImageEntry], arena: &'static mut [u8]) -> Self {
+        ImageList { entries, count: 0, arena, arena_len: 0, dropped: 0 }
+    }
+
+    /// Empties the list.
+    pub fn clear(&mut self) {
+        self.count = 0;
+        self.arena_len = 0;
+        self.dropped = 0;
+    }
+
+    /// Appends an image; `false` (and `dropped` + 1) when entries or path bytes ran out.
+    pub fn push(&mut self, path: &[u8], load_address: u64, size: u64, bias: i64, build_id: &[u8]) -> bool {
+        let start = self.arena_len;
+        let Some(end) = start.checked_add(path.len()) else { return self.drop_one() };
+        let (Some(dst), Some(e)) = (self.arena.get_mut(start..end), self.entries.get_mut(self.count)) else {
+            return self.drop_one();
+        };
+        dst.copy_from_slice(path);
+        let mut id = [0u8; MAX_ID_LEN];
+        let id_len = build_id.len().min(MAX_ID_LEN);
+        if let (Some(d), Some(s)) = (id.get_mut(..id_len), build_id.get(..id_len)) {
+            d.copy_from_slice(s);
+        }
+        *e = ImageEntry {
+            load_address,
+            size,
+            bias,
+            path_off: start as u32,
+            path_len: path.len() as u32,
+            id,
+            id_len: id_len as u8,
+            id_kind: if id_len > 0 { ID_KIND_BUILD_ID } else { 0 },
+        };
+        self.arena_len = end;
+        self.count += 1;
+        true
+    }
+
+    fn drop_one(&mut self) -> bool {
+        self.dropped += 1;
+        false
+    }
+
+    /// Number of images.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Entry `i`.
+    pub fn entry(&self, i: usize) -> Option<&ImageEntry> {
+        self.entries.get(..self.count)?.get(i)
+    }
+
+    /// Path bytes of entry `i`.
+    pub fn path(&self, i: usize) -> &[u8] {
+        match self.entry(i) {
+            Some(e) => {
+                let s = e.path_off as usize;
+                self.arena.get(s..s + e.path_len as usize).unwrap_or(&[])
+            }
+            None => &[],
+        }
+    }
+
+    /// Build id bytes of entry `i`.
+    pub fn build_id(&self, i: usize) -> &[u8] {
+        self.entry(i).and_then(|e| e.id.get(..usize::from(e.id_len))).unwrap_or(&[])
+    }
+
+    /// Entry `i` as the encoder's borrowed image.
+    pub fn image(&self, i: usize) -> Option<Image<'_>> {
+        let e = self.entry(i)?;
+        Some(Image {
+            path: self.path(i),
+            name: b"",
+            load_address: e.load_address,
+            size: e.size,
+            slide: Some(e.bias),
+            id: self.build_id(i),
+            id_kind: e.id_kind,
+            arch: b"",
+        })
+    }
+
+    /// Index of the image whose text range holds `addr`.
+    pub fn find(&self, addr: u64) -> Option<usize> {
+        (0..self.count)
+            .find(|&i| self.entry(i).is_some_and(|e| addr >= e.load_address && addr - e.load_address < e.size.max(1)))
+    }
+}
+
+/// Two image lists and the index of the active one.
+#[derive(Debug)]
+pub struct ImageTable {
+    lists: [UnsafeCell<ImageList>; 2],
+    active: AtomicUsize,
+}
+
+// SAFETY: the crash path only reads the active list; writers (serialized by the caller of `update`) only write the
+// inactive one and publish it with a release store, so no list is read while written (see the module docs for the
+// one documented race that needs two refreshes during one crash).
+unsafe impl Sync for ImageTable {}
+
+impl ImageTable {
+    /// A table over two preallocated lists (install time).
+    pub fn new(a: ImageList, b: ImageList) -> Self {
+        ImageTable { lists: [UnsafeCell::new(a), UnsafeCell::new(b)], active: AtomicUsize::new(0) }
+    }
+
+    /// The active list. Signal-safe.
+    pub fn current(&self) -> &ImageList {
+        let i = self.active.load(Ordering::Acquire) & 1;
+        // SAFETY: the active list is never written (writers use the inactive one), see the `Sync` impl.
+        unsafe { &*self.lists.get(i).unwrap_or(&self.lists[0]).get() }
+    }
+
+    /// Rebuilds the inactive list with `fill` and makes it active.
+    ///
+    /// # Safety
+    /// Calls must be serialized (no two `update`s at once); not for the crash path.
+    pub unsafe fn update(&self, fill: impl FnOnce(&mut ImageList)) {
+        let next = (self.active.load(Ordering::Acquire) & 1) ^ 1;
+        // SAFETY: the caller serializes updates and readers only read the active list, so the inactive list is
+        // exclusively ours until the release store below.
+        let list = unsafe { &mut *self.lists.get(next).unwrap_or(&self.lists[0]).get() };
+        list.clear();
+        fill(list);
+        self.active.store(next, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(entries: usize, arena: usize) -> ImageList {
+        ImageList::from_parts(Vec::leak(vec![ImageEntry::default(); entries]), Vec::leak(vec![0u8; arena]))
+    }
+
+    #[test]
+    fn push_find_and_overflow() {
+        let mut l = list(2, 32);
+        assert!(l.push(b"/bin/app", 0x1000, 0x500, 0x1000, &[1, 2, 3]));
+        assert!(l.push(b"/lib/libc.so.6", 0x7000, 0x100, 0x7000, &[]));
+        assert!(!l.push(b"/lib/x", 0, 1, 0, &[]));
+        assert_eq!(l.dropped, 1);
+        assert_eq!(l.len(), 2);
+        assert_eq!(l.path(0), b"/bin/app");
+        assert_eq!(l.build_id(0), &[1, 2, 3]);
+        assert_eq!(l.find(0x14ff), Some(0));
+        assert_eq!(l.find(0x1500), None);
+        assert_eq!(l.find(0x7050), Some(1));
+        let img = l.image(0).expect("image");
+        assert_eq!((img.load_address, img.size, img.slide, img.id_kind), (0x1000, 0x500, Some(0x1000), 2));
+        assert_eq!(l.image(1).expect("image").id_kind, 0);
+        // Path arena overflow.
+        let mut l = list(4, 8);
+        assert!(!l.push(b"/a/very/long/path", 0, 1, 0, &[]));
+        assert!(l.is_empty());
+    }
+
+    #[test]
+    fn update_flips_lists() {
+        let t = ImageTable::new(list(4, 64), list(4, 64));
+        assert!(t.current().is_empty());
+        // SAFETY: single-threaded test, updates are serialized.
+        unsafe { t.update(|l| assert!(l.push(b"/a", 1, 1, 0, &[]))) };
+        assert_eq!(t.current().path(0), b"/a");
+        // SAFETY: as above.
+        unsafe { t.update(|l| assert!(l.push(b"/b", 2, 1, 0, &[]))) };
+        assert_eq!(t.current().len(), 1);
+        assert_eq!(t.current().path(0), b"/b");
+    }
+}

@@ -1,0 +1,18 @@
+//! The platform-neutral crash-path core: everything here runs after a fault, so it never allocates, never takes a
+//! lock, never panics and calls only async-signal-safe functions (design.md §2).
+//!
+//! - [`reentrancy`]: which thread owns the crash; recursive and concurrent crashes.
+//! - [`threads`]: the preallocated thread table and the capture protocol stopped threads follow.
+//! - [`images`]: the preallocated image table (double-buffered for refreshes).
+//! - [`writer`]: the raw-fd sink, atomic commit, and the report's section sequence (walk each thread into one
+//!   reusable frame buffer, encode it at once).
+//! - [`hooks`]: test hooks (allocation counting, a deliberate fault inside the handler).
+//!
+//! The OS-specific crash-path code (signal handlers, stopping threads, reading memory) is in `platform/<os>/crash/`;
+//! the Apple backend drives these same pieces from its Mach exception server.
+
+pub mod hooks;
+pub mod images;
+pub mod reentrancy;
+pub mod threads;
+pub mod writer;

@@ -1,0 +1,347 @@
+//! The preallocated thread table and its capture protocol.
+//!
+//! The crash owner fills one slot per thread (`tid`, state [`PENDING`]) before it asks the thread to stop; a
+//! stopped thread claims its own slot (`PENDING` → [`WRITING`]), stores its registers and name, and publishes them
+//! (`WRITING` → [`CAPTURED`], release ordering). A thread that does not answer in time is expired by the owner
+//! (`PENDING` → [`NOT_CAPTURED`]); a slot is read only after its state said `CAPTURED` (acquire ordering), so a late
+//! writer never races a reader. Platform-neutral: the Apple backend fills the same table from `thread_get_state`.
+//!
+//! Never allocates, locks or panics; every method is async-signal-safe.
+#![allow(unsafe_code)]
+
+use crate::arch::RegisterValues;
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// Slot is unused.
+pub const FREE: u32 = 0;
+/// The owner asked the thread to stop; waiting for its answer.
+pub const PENDING: u32 = 1;
+/// The thread is writing its registers into the slot.
+pub const WRITING: u32 = 2;
+/// Registers and name are in the slot.
+pub const CAPTURED: u32 = 3;
+/// The thread could not be captured; `reason` says why.
+pub const NOT_CAPTURED: u32 = 4;
+
+/// Bytes of a thread name kept (Linux `TASK_COMM_LEN` is 16 including the NUL; Apple's `MAXTHREADNAMESIZE` is 64).
+pub const NAME_LEN: usize = 64;
+
+/// What a captured slot holds.
+#[derive(Clone, Copy, Debug)]
+pub struct SlotData {
+    /// Registers (empty set when not captured).
+    pub regs: RegisterValues,
+    /// Thread name bytes (first `name_len` are valid).
+    pub name: [u8; NAME_LEN],
+    /// Valid bytes in `name`.
+    pub name_len: u8,
+    /// Why the thread was not captured (static text; empty when captured).
+    pub reason: &'static [u8],
+    /// True for the thread that owns the crash.
+    pub crashed: bool,
+}
+
+impl SlotData {
+    /// An empty slot.
+    pub const EMPTY: SlotData =
+        SlotData { regs: RegisterValues::EMPTY, name: [0; NAME_LEN], name_len: 0, reason: b"", crashed: false };
+
+    /// Sets the name from bytes, cut at the first NUL or newline and at [`NAME_LEN`].
+    pub fn set_name(&mut self, bytes: &[u8]) {
+        let mut n = 0usize;
+        for (dst, b) in self.name.iter_mut().zip(bytes.iter()) {
+            if *b == 0 || *b == b'\n' {
+                break;
+            }
+            *dst = *b;
+            n += 1;
+        }
+        self.name_len = n as u8;
+    }
+
+    /// The valid name bytes.
+    pub fn name(&self) -> &[u8] {
+        self.name.get(..usize::from(self.name_len)).unwrap_or(&[])
+    }
+}
+
+/// One thread's slot.
+#[derive(Debug)]
+pub struct ThreadSlot {
+    state: AtomicU32,
+    tid: AtomicU64,
+    data: UnsafeCell<SlotData>,
+}
+
+// SAFETY: `data` is only written by the party that moved `state` into WRITING (or by the owner for its own slot
+// before publishing), and only read after observing CAPTURED / NOT_CAPTURED with acquire ordering; the state machine
+// hands out exclusive access, so sharing slots between threads is sound.
+unsafe impl Sync for ThreadSlot {}
+
+impl Default for ThreadSlot {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ThreadSlot {
+    /// A free slot (used at install to preallocate the table).
+    pub const fn new() -> Self {
+        ThreadSlot { state: AtomicU32::new(FREE), tid: AtomicU64::new(0), data: UnsafeCell::new(SlotData::EMPTY) }
+    }
+
+    /// Current state (acquire).
+    pub fn state(&self) -> u32 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    /// Kernel thread id the slot describes.
+    pub fn tid(&self) -> u64 {
+        self.tid.load(Ordering::Acquire)
+    }
+
+    /// The slot's data once it is final ([`CAPTURED`] or [`NOT_CAPTURED`]); `None` while anyone may write it.
+    pub fn data(&self) -> Option<&SlotData> {
+        match self.state() {
+            // SAFETY: in a final state nobody writes `data` any more (writers only act in PENDING/WRITING, which
+            // are past), and the acquire load above orders the writer's stores before this read.
+            CAPTURED | NOT_CAPTURED => Some(unsafe { &*self.data.get() }),
+            _ => None,
+        }
+    }
+}
+
+/// Exclusive write access to one slot, handed out by the state machine; publishing consumes it.
+#[derive(Debug)]
+pub struct SlotWriter<'t> {
+    slot: &'t ThreadSlot,
+}
+
+impl SlotWriter<'_> {
+    /// The slot's data, for writing.
+    pub fn data(&mut self) -> &mut SlotData {
+        // SAFETY: a `SlotWriter` exists only for a slot in WRITING state that this writer moved there (or a slot
+        // the owner is filling before publishing); nobody else reads or writes `data` until `publish`.
+        unsafe { &mut *self.slot.data.get() }
+    }
+
+    /// Makes the data visible: state becomes `final_state` ([`CAPTURED`] or [`NOT_CAPTURED`]) with release order.
+    pub fn publish(self, final_state: u32) {
+        self.slot.state.store(final_state, Ordering::Release);
+    }
+}
+
+/// The thread table: a fixed array of slots and the number in use.
+#[derive(Debug)]
+pub struct ThreadTable {
+    slots: &'static [ThreadSlot],
+    count: AtomicUsize,
+    /// Set (release) once every slot is filled in, so threads that fault meanwhile can find their slot.
+    published: AtomicU32,
+    /// Incremented (and futex-woken on Linux) each time a thread publishes its slot.
+    pub answers: AtomicU32,
+    /// Set to non-zero when stopped threads may resume (futex word on Linux).
+    pub release: AtomicU32,
+}
+
+impl ThreadTable {
+    /// A table over preallocated slots (install time).
+    pub const fn new(slots: &'static [ThreadSlot]) -> Self {
+        ThreadTable {
+            slots,
+            count: AtomicUsize::new(0),
+            published: AtomicU32::new(0),
+            answers: AtomicU32::new(0),
+            release: AtomicU32::new(0),
+        }
+    }
+
+    /// Capacity in threads.
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Slots in use.
+    pub fn len(&self) -> usize {
+        self.count.load(Ordering::Acquire).min(self.slots.len())
+    }
+
+    /// Whether no slot is in use.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Slot `i` (in use or not).
+    pub fn slot(&self, i: usize) -> Option<&ThreadSlot> {
+        self.slots.get(i)
+    }
+
+    /// The slots in use.
+    pub fn used(&self) -> &[ThreadSlot] {
+        self.slots.get(..self.len()).unwrap_or(&[])
+    }
+
+    /// Owner: empties the table for a new capture.
+    pub fn reset(&self) {
+        self.published.store(0, Ordering::Release);
+        self.count.store(0, Ordering::Release);
+        self.answers.store(0, Ordering::Release);
+        self.release.store(0, Ordering::Release);
+        for s in self.slots {
+            s.state.store(FREE, Ordering::Release);
+            s.tid.store(0, Ordering::Release);
+        }
+    }
+
+    /// Owner: adds a thread in state [`PENDING`]; `None` when the table is full.
+    pub fn add_pending(&self, tid: u64) -> Option<usize> {
+        let i = self.count.load(Ordering::Acquire);
+        let s = self.slots.get(i)?;
+        s.tid.store(tid, Ordering::Release);
+        s.state.store(PENDING, Ordering::Release);
+        self.count.store(i + 1, Ordering::Release);
+        Some(i)
+    }
+
+    /// Owner: adds a thread and returns exclusive write access (state [`WRITING`]); used for the owner's own slot.
+    pub fn add_owned(&self, tid: u64) -> Option<(usize, SlotWriter<'_>)> {
+        let i = self.count.load(Ordering::Acquire);
+        let s = self.slots.get(i)?;
+        s.tid.store(tid, Ordering::Release);
+        s.state.store(WRITING, Ordering::Release);
+        self.count.store(i + 1, Ordering::Release);
+        Some((i, SlotWriter { slot: s }))
+    }
+
+    /// Owner: marks the table complete (release), so faulting threads can look for their slot.
+    pub fn publish(&self) {
+        self.published.store(1, Ordering::Release);
+    }
+
+    /// Whether the owner has published the table.
+    pub fn is_published(&self) -> bool {
+        self.published.load(Ordering::Acquire) != 0
+    }
+
+    /// A stopped thread: claims its own [`PENDING`] slot for writing.
+    pub fn claim(&self, tid: u64) -> Option<(usize, SlotWriter<'_>)> {
+        for (i, s) in self.used().iter().enumerate() {
+            if s.tid() == tid && s.state.compare_exchange(PENDING, WRITING, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            {
+                return Some((i, SlotWriter { slot: s }));
+            }
+        }
+        None
+    }
+
+    /// Owner: gives up on a thread that did not answer; returns `true` when the slot is now [`NOT_CAPTURED`],
+    /// `false` when the thread got there first (then wait for [`CAPTURED`], boundedly).
+    pub fn expire(&self, i: usize, reason: &'static [u8]) -> bool {
+        let Some(s) = self.slots.get(i) else { return false };
+        if s.state.compare_exchange(PENDING, WRITING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            let mut w = SlotWriter { slot: s };
+            let d = w.data();
+            *d = SlotData::EMPTY;
+            d.reason = reason;
+            w.publish(NOT_CAPTURED);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Owner: marks a slot that never got a stop request (the signal could not be sent).
+    pub fn fail(&self, i: usize, reason: &'static [u8]) {
+        let _ = self.expire(i, reason);
+    }
+
+    /// Number of slots still [`PENDING`] or [`WRITING`].
+    pub fn outstanding(&self) -> usize {
+        self.used().iter().filter(|s| matches!(s.state(), PENDING | WRITING)).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::x86_64;
+
+    fn table(n: usize) -> ThreadTable {
+        let slots: &'static [ThreadSlot] = Vec::leak((0..n).map(|_| ThreadSlot::new()).collect());
+        ThreadTable::new(slots)
+    }
+
+    #[test]
+    fn claim_publish_and_expire_follow_the_state_machine() {
+        let t = table(4);
+        let (own, mut w) = t.add_owned(100).expect("room");
+        w.data().crashed = true;
+        w.publish(CAPTURED);
+        assert_eq!(t.add_pending(101), Some(1));
+        assert_eq!(t.add_pending(102), Some(2));
+        t.publish();
+        assert!(t.is_published());
+        assert_eq!(t.outstanding(), 2);
+        // 101 answers.
+        let (i, mut w) = t.claim(101).expect("pending slot");
+        assert_eq!(i, 1);
+        w.data().regs = RegisterValues::new(x86_64::SET, x86_64::LEN);
+        w.data().set_name(b"worker\n");
+        w.publish(CAPTURED);
+        // A second claim finds nothing.
+        assert!(t.claim(101).is_none());
+        // 102 is expired; a late answer cannot claim it.
+        assert!(t.expire(2, b"no answer"));
+        assert!(t.claim(102).is_none());
+        assert_eq!(t.outstanding(), 0);
+        assert!(t.slot(own).and_then(|s| s.data()).expect("final").crashed);
+        assert_eq!(t.slot(1).and_then(|s| s.data()).expect("final").name(), b"worker");
+        assert_eq!(t.slot(2).and_then(|s| s.data()).expect("final").reason, b"no answer");
+        // Expiring a captured slot does nothing.
+        assert!(!t.expire(1, b"x"));
+        // Full table.
+        assert_eq!(t.add_pending(103), Some(3));
+        assert_eq!(t.add_pending(104), None);
+        t.reset();
+        assert!(t.is_empty());
+        assert!(!t.is_published());
+    }
+
+    #[test]
+    fn racing_claims_and_expiry_give_each_slot_one_outcome() {
+        for _ in 0..50 {
+            let t: &'static ThreadTable = Box::leak(Box::new(table(64)));
+            for tid in 0..64 {
+                t.add_pending(1000 + tid);
+            }
+            let h = std::thread::spawn(move || {
+                let mut n = 0;
+                for tid in 0..64 {
+                    if let Some((_, w)) = t.claim(1000 + tid) {
+                        w.publish(CAPTURED);
+                        n += 1;
+                    }
+                }
+                n
+            });
+            let mut expired = 0;
+            for i in (0..64).rev() {
+                if t.expire(i, b"late") {
+                    expired += 1;
+                }
+            }
+            let claimed = h.join().expect("join");
+            assert_eq!(claimed + expired, 64);
+        }
+    }
+
+    #[test]
+    fn names_are_cut_at_nul_and_capacity() {
+        let mut d = SlotData::EMPTY;
+        d.set_name(b"abc\0def");
+        assert_eq!(d.name(), b"abc");
+        d.set_name(&[b'x'; 100]);
+        assert_eq!(d.name().len(), NAME_LEN);
+    }
+}

@@ -1,0 +1,451 @@
+//! Writes the report: a buffered raw file-descriptor [`Sink`], atomic file commit (temporary name, `fsync`,
+//! `rename`, `fsync` of the directory), and the section sequence (META, EXCEPTION, one THREAD per thread walked
+//! into one reusable frame buffer and encoded at once, IMAGES, END).
+//!
+//! POSIX only (`write`, `fsync`, `openat`, `renameat`, `close` are async-signal-safe per POSIX.1-2017 §2.4.3), so
+//! Linux and Apple share it. Never allocates, locks or panics.
+#![allow(unsafe_code)]
+
+use crate::arch::MAX_REGS;
+use crate::crash::images::ImageList;
+use crate::crash::threads::{ThreadTable, CAPTURED};
+use crate::unwind::{self, MemoryReader, Repeat, WalkOptions};
+use report_format::encode::{EncodeError, Encoder, Exception, Image, Meta, Sink, SinkError, Thread};
+
+/// Suffix of a finished report file name (`<32 hex digits of the report id>.crashreport`).
+pub const REPORT_SUFFIX: &[u8] = b".crashreport";
+/// Prefix of a report still being written (`.<id>.tmp`); readers skip names starting with a dot.
+pub const TEMP_PREFIX: &[u8] = b".";
+/// Suffix of a report still being written.
+pub const TEMP_SUFFIX: &[u8] = b".tmp";
+
+/// A [`Sink`] that buffers into a preallocated buffer and writes to a file descriptor with `write(2)`.
+#[derive(Debug)]
+pub struct FdSink<'b> {
+    fd: i32,
+    buf: &'b mut [u8],
+    len: usize,
+}
+
+impl<'b> FdSink<'b> {
+    /// A sink writing to `fd` through `buf` (an empty `buf` writes straight through).
+    pub fn new(fd: i32, buf: &'b mut [u8]) -> Self {
+        FdSink { fd, buf, len: 0 }
+    }
+
+    /// Writes the buffered bytes.
+    ///
+    /// # Errors
+    /// [`SinkError::Os`] with the `errno` of a failed `write`.
+    pub fn flush(&mut self) -> Result<(), SinkError> {
+        let n = self.len;
+        self.len = 0;
+        let data = self.buf.get(..n).unwrap_or(&[]);
+        write_fully(self.fd, data)
+    }
+}
+
+/// `write(2)` until all of `data` is written, retrying on `EINTR`.
+fn write_fully(fd: i32, mut data: &[u8]) -> Result<(), SinkError> {
+    // Bounded: every successful write shrinks `data`; EINTR retries are capped.
+    let mut eintr = 0u32;
+    while !data.is_empty() {
+        // SAFETY: `data` is a valid readable slice for its length; `write` does not retain the pointer.
+        let r = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+        if r < 0 {
+            let e = errno();
+            if e == libc::EINTR && eintr < 1000 {
+                eintr += 1;
+                continue;
+            }
+            return Err(SinkError::Os(e));
+        }
+        if r == 0 {
+            return Err(SinkError::Os(libc::EIO));
+        }
+        data = data.get(r as usize..).unwrap_or(&[]);
+    }
+    Ok(())
+}
+
+/// The calling thread's `errno`. Signal-safe (a thread-local read).
+pub fn errno() -> i32 {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    // SAFETY: `__errno_location` returns a valid pointer to the calling thread's errno.
+    let e = unsafe { *libc::__errno_location() };
+    #[cfg(target_vendor = "apple")]
+    // SAFETY: `__error` returns a valid pointer to the calling thread's errno.
+    let e = unsafe { *libc::__error() };
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
+    let e = 0;
+    e
+}
+
+impl Drop for FdSink<'_> {
+    /// Flushes what is buffered, so sections encoded before an error still reach the file.
+    fn drop(&mut self) {
+        let _ = self.flush();
+    }
+}
+
+impl Sink for FdSink<'_> {
+    fn write_all(&mut self, bytes: &[u8]) -> Result<(), SinkError> {
+        if bytes.len() > self.buf.len() {
+            self.flush()?;
+            return write_fully(self.fd, bytes);
+        }
+        if self.len + bytes.len() > self.buf.len() {
+            self.flush()?;
+        }
+        let end = self.len + bytes.len();
+        let dst = self.buf.get_mut(self.len..end).ok_or(SinkError::Full)?;
+        dst.copy_from_slice(bytes);
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// File names of one report, NUL-terminated, in fixed buffers.
+#[derive(Clone, Copy, Debug)]
+pub struct ReportNames {
+    temp: [u8; 64],
+    fin: [u8; 64],
+}
+
+impl ReportNames {
+    /// Names for report id `id`: `.<hex>.tmp` and `<hex>.crashreport`.
+    pub fn new(id: &[u8; 16]) -> Self {
+        let mut hex = [0u8; 32];
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        for (i, b) in id.iter().enumerate() {
+            if let Some(pair) = hex.get_mut(2 * i..2 * i + 2) {
+                pair[0] = DIGITS[usize::from(b >> 4)];
+                pair[1] = DIGITS[usize::from(b & 15)];
+            }
+        }
+        let mut temp = [0u8; 64];
+        let mut fin = [0u8; 64];
+        concat(&mut temp, &[TEMP_PREFIX, &hex, TEMP_SUFFIX]);
+        concat(&mut fin, &[&hex, REPORT_SUFFIX]);
+        ReportNames { temp, fin }
+    }
+
+    /// The temporary name (NUL-terminated).
+    pub fn temp(&self) -> &[u8; 64] {
+        &self.temp
+    }
+
+    /// The final name (NUL-terminated).
+    pub fn final_name(&self) -> &[u8; 64] {
+        &self.fin
+    }
+}
+
+/// Concatenates parts into `out`, leaving at least one trailing NUL.
+fn concat(out: &mut [u8; 64], parts: &[&[u8]]) {
+    let mut n = 0usize;
+    for p in parts {
+        for b in p.iter() {
+            if n + 1 >= out.len() {
+                return;
+            }
+            if let Some(d) = out.get_mut(n) {
+                *d = *b;
+            }
+            n += 1;
+        }
+    }
+}
+
+/// Creates the temporary report file in directory `dir_fd`; returns its fd.
+///
+/// # Errors
+/// The `errno` of `openat`.
+pub fn create_temp(dir_fd: i32, names: &ReportNames) -> Result<i32, i32> {
+    // SAFETY: `names.temp()` is NUL-terminated (`concat` keeps a trailing NUL); `openat` does not retain it.
+    let fd = unsafe {
+        libc::openat(
+            dir_fd,
+            names.temp().as_ptr().cast(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+            0o600 as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        Err(errno())
+    } else {
+        Ok(fd)
+    }
+}
+
+/// Makes the report durable and visible: `fsync` the file, close it, `renameat` it to its final name, `fsync` the
+/// directory. On failure the temporary file is unlinked.
+///
+/// # Errors
+/// The `errno` of the first call that failed.
+pub fn commit(dir_fd: i32, fd: i32, names: &ReportNames, ok: bool) -> Result<(), i32> {
+    // SAFETY: plain syscalls on descriptors we own; names are NUL-terminated fixed buffers.
+    unsafe {
+        let synced = libc::fsync(fd) == 0;
+        let err = if synced { 0 } else { errno() };
+        libc::close(fd);
+        if !ok || !synced {
+            libc::unlinkat(dir_fd, names.temp().as_ptr().cast(), 0);
+            return Err(if err == 0 { libc::EIO } else { err });
+        }
+        if libc::renameat(dir_fd, names.temp().as_ptr().cast(), dir_fd, names.final_name().as_ptr().cast()) != 0 {
+            let e = errno();
+            libc::unlinkat(dir_fd, names.temp().as_ptr().cast(), 0);
+            return Err(e);
+        }
+        libc::fsync(dir_fd);
+    }
+    Ok(())
+}
+
+/// Preallocated buffers the report writer works in.
+#[derive(Debug)]
+pub struct WorkBuffers<'a> {
+    /// One section's payload (64 KiB is ample).
+    pub scratch: &'a mut [u8],
+    /// The reusable frame buffer (one thread at a time).
+    pub frames: &'a mut [u64],
+    /// Repeat records for the current thread.
+    pub repeats: &'a mut [Repeat],
+}
+
+/// What goes into a full report besides the threads and images.
+#[derive(Clone, Copy, Debug)]
+pub struct ReportHead<'a> {
+    /// META (thread and image counts are filled in by the writer).
+    pub meta: Meta<'a>,
+    /// EXCEPTION (the crashed thread index is filled in by the writer).
+    pub exception: Exception<'a>,
+}
+
+/// Reason text for a slot still being written when the report was encoded.
+const STILL_WRITING: &[u8] = b"thread was still saving its registers when the report was written";
+
+/// Encodes a full report: META, EXCEPTION, every thread of `table` (each walked with `mem` into `bufs.frames`
+/// and encoded at once), the images, END. Returns the sink.
+///
+/// # Errors
+/// The first [`EncodeError`]; sections written before it stay in the sink and decode on their own.
+pub fn write_report<S: Sink, M: MemoryReader>(
+    sink: S,
+    head: &ReportHead<'_>,
+    table: &ThreadTable,
+    images: &ImageList,
+    mem: &mut M,
+    opts: &WalkOptions,
+    bufs: &mut WorkBuffers<'_>,
+) -> Result<S, EncodeError> {
+    let threads = table.used();
+    let crashed = threads.iter().position(|s| s.data().is_some_and(|d| d.crashed));
+    let mut meta = head.meta;
+    meta.thread_count = Some(threads.len() as u32);
+    meta.image_count = Some(images.len() as u32);
+    let mut exc = head.exception;
+    exc.crashed_thread = crashed.map(|i| i as u32);
+
+    let mut enc = Encoder::begin(sink, bufs.scratch)?;
+    enc.meta(&meta)?;
+    enc.exception(&exc)?;
+    for (i, slot) in threads.iter().enumerate() {
+        let mut regs_buf = [None; MAX_REGS];
+        let mut t = Thread { index: i as u32, id: Some(slot.tid()), captured: false, ..Thread::default() };
+        let mut n_frames = 0usize;
+        let mut n_reps = 0usize;
+        match slot.data() {
+            Some(d) if slot.state() == CAPTURED => {
+                t.name = d.name();
+                t.crashed = d.crashed;
+                t.captured = true;
+                t.register_set = d.regs.set;
+                t.registers = d.regs.to_options(&mut regs_buf);
+                if let Some(start) = d.regs.walk_start() {
+                    let o = unwind::walk(&start, mem, opts, bufs.frames, bufs.repeats);
+                    n_frames = o.frames;
+                    n_reps = o.repeats;
+                    t.frames_truncated = o.truncated;
+                }
+            }
+            Some(d) => {
+                t.name = d.name();
+                t.reason = d.reason;
+            }
+            None => t.reason = STILL_WRITING,
+        }
+        t.frames = bufs.frames.get(..n_frames).unwrap_or(&[]);
+        t.repeats = bufs.repeats.get(..n_reps).unwrap_or(&[]);
+        enc.thread(&t)?;
+    }
+    write_images(&mut enc, images)?;
+    enc.finish()
+}
+
+/// Writes the image list in chunks built on the stack (16 borrowed entries at a time).
+fn write_images<S: Sink>(enc: &mut Encoder<'_, S>, images: &ImageList) -> Result<(), EncodeError> {
+    const CHUNK: usize = 16;
+    let mut i = 0usize;
+    while i < images.len() {
+        let mut chunk = [Image::default(); CHUNK];
+        let mut n = 0usize;
+        for (k, slot) in chunk.iter_mut().enumerate() {
+            match images.image(i + k) {
+                Some(img) => {
+                    *slot = img;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        if n == 0 {
+            break;
+        }
+        enc.images(i as u32, chunk.get(..n).unwrap_or(&[]))?;
+        i += n;
+    }
+    Ok(())
+}
+
+/// Encodes a minimal report after a fault inside the handler: META (marked minimal, with `head.meta.note`),
+/// EXCEPTION, and the crashed thread with its registers and frame 0 only. No walking, no other threads, no images.
+///
+/// # Errors
+/// The first [`EncodeError`].
+pub fn write_minimal_report<S: Sink>(
+    sink: S,
+    head: &ReportHead<'_>,
+    crashed_tid: u64,
+    regs: &crate::arch::RegisterValues,
+    scratch: &mut [u8],
+) -> Result<S, EncodeError> {
+    let mut meta = head.meta;
+    meta.minimal = true;
+    meta.thread_count = Some(1);
+    meta.image_count = Some(0);
+    let mut exc = head.exception;
+    exc.crashed_thread = Some(0);
+    let mut regs_buf = [None; MAX_REGS];
+    let pc = regs.walk_start().map(|w| w.pc);
+    let frames = [pc.unwrap_or(0)];
+    let t = Thread {
+        index: 0,
+        id: Some(crashed_tid),
+        crashed: true,
+        captured: true,
+        register_set: regs.set,
+        registers: regs.to_options(&mut regs_buf),
+        frames: if pc.is_some() { &frames } else { &[] },
+        ..Thread::default()
+    };
+    let mut enc = Encoder::begin(sink, scratch)?;
+    enc.meta(&meta)?;
+    enc.exception(&exc)?;
+    enc.thread(&t)?;
+    enc.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::x86_64;
+    use crate::crash::images::ImageEntry;
+    use crate::crash::threads::{ThreadSlot, NOT_CAPTURED};
+    use std::collections::BTreeMap;
+
+    struct Mem(BTreeMap<u64, u64>);
+    impl MemoryReader for Mem {
+        fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
+            for (k, c) in buf.chunks_mut(8).enumerate() {
+                match self.0.get(&(addr + 8 * k as u64)) {
+                    Some(w) => c.copy_from_slice(&w.to_ne_bytes()[..c.len()]),
+                    None => return false,
+                }
+            }
+            true
+        }
+    }
+
+    #[test]
+    fn names_are_hex_and_nul_terminated() {
+        let n = ReportNames::new(&[0xab; 16]);
+        let fin = n.final_name();
+        let end = fin.iter().position(|b| *b == 0).expect("nul");
+        assert_eq!(&fin[..end], format!("{}.crashreport", "ab".repeat(16)).as_bytes());
+        let t = n.temp();
+        let end = t.iter().position(|b| *b == 0).expect("nul");
+        assert_eq!(&t[..end], format!(".{}.tmp", "ab".repeat(16)).as_bytes());
+    }
+
+    #[test]
+    fn full_report_decodes_intact_with_walked_frames() {
+        let slots: &'static [ThreadSlot] = Vec::leak((0..4).map(|_| ThreadSlot::new()).collect());
+        let table = ThreadTable::new(slots);
+        let mut g = [0u64; 23];
+        g[x86_64::greg::RIP] = 0x40_0000;
+        g[x86_64::greg::RSP] = 0x7000_0000;
+        g[x86_64::greg::RBP] = 0x7000_0010;
+        let (_, mut w) = table.add_owned(11).expect("room");
+        w.data().regs = x86_64::from_gregs(&g);
+        w.data().crashed = true;
+        w.data().set_name(b"main");
+        w.publish(CAPTURED);
+        table.add_pending(12);
+        assert!(table.expire(1, b"no answer"));
+        assert_eq!(table.slot(1).map(|s| s.state()), Some(NOT_CAPTURED));
+        table.publish();
+
+        let mut mem = Mem(BTreeMap::from([
+            (0x7000_0010, 0x7000_0020),
+            (0x7000_0018, 0x40_1234),
+            (0x7000_0020, 0),
+            (0x7000_0028, 0x40_5678),
+        ]));
+        let mut images = ImageList::from_parts(Vec::leak(vec![ImageEntry::default(); 4]), Vec::leak(vec![0u8; 256]));
+        images.push(b"/bin/app", 0x40_0000, 0x10000, 0, &[0xaa; 20]);
+        let mut scratch = vec![0u8; 65536];
+        let mut frames = vec![0u64; 512];
+        let mut reps = [Repeat::default(); 8];
+        let mut bufs = WorkBuffers { scratch: &mut scratch, frames: &mut frames, repeats: &mut reps };
+        let head = ReportHead {
+            meta: Meta { arch: b"x86_64", ..Meta::default() },
+            exception: Exception { signal: Some(11), si_code: Some(1), fault_address: Some(0), ..Exception::default() },
+        };
+        let out = write_report(Vec::new(), &head, &table, &images, &mut mem, &WalkOptions::host(), &mut bufs)
+            .expect("written");
+        let d = report_format::decode(&out).expect("decodes");
+        assert!(d.is_intact(), "{:?}", d.problems);
+        let r = &d.report;
+        let ct = r.crashed_thread().expect("crashed thread");
+        assert_eq!(ct.id, Some(11));
+        assert_eq!(ct.name.as_deref(), Some("main"));
+        assert_eq!(ct.frames, vec![0x40_0000, 0x40_1234, 0x40_5678]);
+        assert_eq!(ct.register("rip"), Some(0x40_0000));
+        let other = &r.threads[1];
+        assert!(!other.captured);
+        assert_eq!(other.not_captured_reason.as_deref(), Some("no answer"));
+        assert_eq!(r.images.len(), 1);
+        assert_eq!(r.images[0].path.as_deref(), Some("/bin/app"));
+        assert_eq!(r.exception.as_ref().and_then(|e| e.signal), Some(11));
+    }
+
+    #[test]
+    fn fd_sink_writes_through_a_small_buffer() {
+        let dir = std::env::temp_dir().join(format!("handler-fdsink-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("out");
+        let f = std::fs::File::create(&path).expect("create");
+        use std::os::fd::AsRawFd;
+        let mut buf = [0u8; 7];
+        let mut s = FdSink::new(f.as_raw_fd(), &mut buf);
+        s.write_all(b"hello ").expect("w");
+        s.write_all(b"world, this is longer than the buffer").expect("w");
+        s.write_all(b"!").expect("w");
+        s.flush().expect("flush");
+        drop(f);
+        assert_eq!(std::fs::read(&path).expect("read"), b"hello world, this is longer than the buffer!");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}

@@ -1,0 +1,118 @@
+//! The public install API: [`install`], [`uninstall`], [`refresh_images`]. Install time: these may allocate and
+//! lock; nothing here runs after a fault.
+
+use crate::config::Config;
+use std::fmt;
+
+/// Why install, uninstall or refresh failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InstallError {
+    /// [`install`] was called while the handler is installed. Call [`uninstall`] first.
+    AlreadyInstalled,
+    /// [`uninstall`] or [`refresh_images`] was called while the handler is not installed.
+    NotInstalled,
+    /// A configuration value is out of range; the text names it.
+    InvalidConfig(&'static str),
+    /// The report directory could not be created or opened.
+    ReportDir(String),
+    /// Preallocating the crash-time buffers failed.
+    OutOfMemory,
+    /// An OS call failed.
+    Os {
+        /// What was being done.
+        what: &'static str,
+        /// The `errno` value.
+        errno: i32,
+    },
+    /// This platform has no backend in this crate yet.
+    Unsupported,
+}
+
+impl fmt::Display for InstallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InstallError::AlreadyInstalled => write!(f, "the crash handler is already installed"),
+            InstallError::NotInstalled => write!(f, "the crash handler is not installed"),
+            InstallError::InvalidConfig(what) => write!(f, "invalid configuration: {what}"),
+            InstallError::ReportDir(e) => write!(f, "report directory: {e}"),
+            InstallError::OutOfMemory => write!(f, "out of memory while preallocating crash buffers"),
+            InstallError::Os { what, errno } => write!(f, "{what} failed (errno {errno})"),
+            InstallError::Unsupported => write!(f, "no crash handler backend for this platform"),
+        }
+    }
+}
+
+impl std::error::Error for InstallError {}
+
+/// Installs the crash handler.
+///
+/// Allocates everything the crash path needs (thread table of `config.max_threads` slots, one frame buffer of
+/// `config.max_frames` frames reused for every thread, the image table filled from `dl_iterate_phdr`, a 64 KiB
+/// section buffer and a 64 KiB write buffer, an alternate signal stack of `config.alt_stack_size` bytes for the
+/// calling thread, a separate crash stack), opens (creating if needed) the report directory, saves the previous
+/// signal actions and installs handlers for SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP and SIGSYS with
+/// `SA_SIGINFO | SA_ONSTACK` (plus `SA_NODEFER`, so a fault inside the handler is caught), and for the reserved stop
+/// signal. Never panics.
+///
+/// A second call while installed returns [`InstallError::AlreadyInstalled`] and changes nothing.
+///
+/// # Errors
+/// [`InstallError::AlreadyInstalled`], [`InstallError::InvalidConfig`], [`InstallError::ReportDir`],
+/// [`InstallError::OutOfMemory`], [`InstallError::Os`], or [`InstallError::Unsupported`] off Linux.
+pub fn install(config: &Config) -> Result<(), InstallError> {
+    #[cfg(target_os = "linux")]
+    {
+        crate::platform::linux::install(config)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = config;
+        Err(InstallError::Unsupported)
+    }
+}
+
+/// Uninstalls the crash handler: restores the signal actions saved at install (the fatal signals and the stop
+/// signal), restores the previous alternate signal stack when called on the thread that installed, and closes the
+/// report directory. The preallocated buffers are kept (never freed), because another thread may be inside the
+/// handler at this moment; a later [`install`] allocates a fresh set.
+///
+/// # Errors
+/// [`InstallError::NotInstalled`] when not installed.
+pub fn uninstall() -> Result<(), InstallError> {
+    #[cfg(target_os = "linux")]
+    {
+        crate::platform::linux::uninstall()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Err(InstallError::NotInstalled)
+    }
+}
+
+/// Re-reads the list of loaded images (call it after `dlopen`); returns how many images the table now holds.
+/// Takes the loader lock (`dl_iterate_phdr`), so never call it from a signal handler.
+///
+/// # Errors
+/// [`InstallError::NotInstalled`] when not installed.
+pub fn refresh_images() -> Result<usize, InstallError> {
+    #[cfg(target_os = "linux")]
+    {
+        crate::platform::linux::refresh_images()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Err(InstallError::NotInstalled)
+    }
+}
+
+/// Whether the crash handler is installed.
+pub fn is_installed() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        crate::platform::linux::is_installed()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}

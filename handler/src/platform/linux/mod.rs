@@ -1,0 +1,261 @@
+//! Linux backend: install, uninstall and image refresh (install time; these allocate and may lock), and the crash
+//! path in [`crash`].
+#![allow(unsafe_code)]
+
+pub mod crash;
+pub mod images;
+
+use self::crash::{sys, CrashRecord, RawBuf, State, Text, FATAL_SIGNALS, STATE};
+use crate::arch::RegisterValues;
+use crate::config::{Config, MIN_ALT_STACK, MIN_FRAMES, MIN_THREADS};
+use crate::crash::images::{ImageEntry, ImageList, ImageTable};
+use crate::crash::threads::{ThreadSlot, ThreadTable};
+use crate::install::InstallError;
+use crate::unwind::Repeat;
+use core::cell::UnsafeCell;
+use core::sync::atomic::Ordering;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Mutex;
+
+/// Bytes of one section's scratch buffer.
+const SCRATCH_BYTES: usize = 64 * 1024;
+/// Bytes of the file sink's write buffer.
+const WRITE_BUF_BYTES: usize = 64 * 1024;
+/// Bytes of the `getdents64` buffer.
+const DIRENT_BYTES: usize = 16 * 1024;
+/// Repeat records per thread.
+const REPEATS: usize = 32;
+
+/// What install changed, so uninstall can undo it.
+struct Installed {
+    state: &'static State,
+    old_altstack: libc::stack_t,
+    installer_tid: u64,
+}
+
+// SAFETY: `old_altstack` holds a plain pointer value that is only handed back to `sigaltstack`.
+unsafe impl Send for Installed {}
+
+static INSTALLED: Mutex<Option<Installed>> = Mutex::new(None);
+
+fn leak_slice<T: Clone>(n: usize, v: T) -> Result<&'static mut [T], InstallError> {
+    let mut vec = Vec::new();
+    vec.try_reserve_exact(n).map_err(|_| InstallError::OutOfMemory)?;
+    vec.resize(n, v);
+    Ok(Vec::leak(vec))
+}
+
+fn leak_bytes(b: &[u8]) -> &'static [u8] {
+    Vec::leak(b.to_vec())
+}
+
+/// Maps `size` bytes plus a guard page below; returns the 16-aligned top.
+fn map_stack(size: usize) -> Result<(usize, usize), InstallError> {
+    let page = 4096usize;
+    let size = size.div_ceil(page) * page;
+    // SAFETY: anonymous private mapping with no address hint; the result is checked.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            size + page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(InstallError::Os {
+            what: "mmap of a signal stack",
+            errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        });
+    }
+    // SAFETY: the first page of our own fresh mapping becomes the guard page.
+    unsafe { libc::mprotect(p, page, libc::PROT_NONE) };
+    let base = p as usize + page;
+    Ok((base, size))
+}
+
+fn uname_text() -> (&'static [u8], &'static [u8], &'static [u8]) {
+    // SAFETY: `uname` fills the zeroed struct; the fields are NUL-terminated C strings.
+    unsafe {
+        let mut u: libc::utsname = core::mem::zeroed();
+        if libc::uname(&mut u) != 0 {
+            return (b"", b"", b"");
+        }
+        let f = |s: &[libc::c_char]| leak_bytes(std::ffi::CStr::from_ptr(s.as_ptr()).to_bytes());
+        (f(&u.release), f(&u.version), f(&u.machine))
+    }
+}
+
+/// Installs the handler. See [`crate::install`].
+pub fn install(config: &Config) -> Result<(), InstallError> {
+    let mut guard = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    if guard.is_some() {
+        return Err(InstallError::AlreadyInstalled);
+    }
+    if config.max_threads < MIN_THREADS {
+        return Err(InstallError::InvalidConfig("max_threads is below MIN_THREADS"));
+    }
+    if config.max_frames < MIN_FRAMES {
+        return Err(InstallError::InvalidConfig("max_frames is below MIN_FRAMES"));
+    }
+    if config.alt_stack_size < MIN_ALT_STACK {
+        return Err(InstallError::InvalidConfig("alt_stack_size is below MIN_ALT_STACK"));
+    }
+    if config.crash_stack_size < 64 * 1024 {
+        return Err(InstallError::InvalidConfig("crash_stack_size is below 64 KiB"));
+    }
+    let stop_signal = config.stop_signal.unwrap_or_else(|| libc::SIGRTMAX() - 4);
+    if stop_signal < libc::SIGRTMIN() || stop_signal > libc::SIGRTMAX() {
+        return Err(InstallError::InvalidConfig("stop_signal is not a real-time signal"));
+    }
+
+    std::fs::create_dir_all(&config.report_dir).map_err(|e| InstallError::ReportDir(e.to_string()))?;
+    let dir = CString::new(config.report_dir.as_os_str().as_bytes())
+        .map_err(|_| InstallError::InvalidConfig("report_dir contains a NUL byte"))?;
+    // SAFETY: `dir` is NUL-terminated.
+    let dir_fd = unsafe { libc::open(dir.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if dir_fd < 0 {
+        return Err(InstallError::ReportDir(std::io::Error::last_os_error().to_string()));
+    }
+
+    let built = build_state(config, dir_fd, stop_signal);
+    let state: &'static State = match built {
+        Ok(s) => Box::leak(Box::new(s)),
+        Err(e) => {
+            // SAFETY: closing the descriptor we opened above.
+            unsafe { libc::close(dir_fd) };
+            return Err(e);
+        }
+    };
+    let (alt_base, alt_size) = map_stack(config.alt_stack_size)?;
+
+    // Publish the state before any handler can run.
+    STATE.store(state as *const State as *mut State, Ordering::Release);
+
+    // SAFETY: plain libc calls with valid in/out pointers; the handler functions have the SA_SIGINFO signature.
+    unsafe {
+        let mut old_alt: libc::stack_t = core::mem::zeroed();
+        let new_alt = libc::stack_t { ss_sp: alt_base as *mut libc::c_void, ss_flags: 0, ss_size: alt_size };
+        libc::sigaltstack(&new_alt, &mut old_alt);
+
+        let prev = state as *const State as *mut State;
+        // Stop signal: SA_RESTART so interrupted system calls of stopped threads resume.
+        let mut act: libc::sigaction = core::mem::zeroed();
+        act.sa_sigaction = crash::stop_handler as *const () as usize;
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
+        libc::sigemptyset(&mut act.sa_mask);
+        libc::sigaction(stop_signal, &act, &mut (*prev).prev_stop);
+
+        // Fatal signals: SA_NODEFER so a fault inside the handler re-enters it (a blocked fault would kill the
+        // process without a report); the stop signal is blocked so the owner is never stopped.
+        let mut act: libc::sigaction = core::mem::zeroed();
+        act.sa_sigaction = crash::fatal_handler as *const () as usize;
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER;
+        libc::sigemptyset(&mut act.sa_mask);
+        libc::sigaddset(&mut act.sa_mask, stop_signal);
+        for (i, sig) in FATAL_SIGNALS.iter().enumerate() {
+            let slot = (*prev).prev_fatal.as_mut_ptr().add(i);
+            libc::sigaction(*sig, &act, slot);
+        }
+        *guard = Some(Installed { state, old_altstack: old_alt, installer_tid: sys::gettid() });
+    }
+    Ok(())
+}
+
+fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, InstallError> {
+    let slots: &'static [ThreadSlot] = {
+        let mut v = Vec::new();
+        v.try_reserve_exact(config.max_threads).map_err(|_| InstallError::OutOfMemory)?;
+        v.extend((0..config.max_threads).map(|_| ThreadSlot::new()));
+        Vec::leak(v)
+    };
+    let exe = std::fs::read_link("/proc/self/exe").map(|p| p.as_os_str().as_bytes().to_vec()).unwrap_or_default();
+    let exe_path = leak_bytes(&exe);
+    let exe_name = leak_bytes(exe.rsplit(|b| *b == b'/').next().unwrap_or(&[]));
+    let mk_list = || -> Result<ImageList, InstallError> {
+        Ok(ImageList::from_parts(
+            leak_slice(config.max_images, ImageEntry::default())?,
+            leak_slice(config.image_path_bytes, 0u8)?,
+        ))
+    };
+    let images = ImageTable::new(mk_list()?, mk_list()?);
+    // SAFETY: the table is not shared yet; this is the only writer.
+    unsafe { images.update(|l| images::snapshot(l, exe_path)) };
+    let (crash_base, crash_size) = map_stack(config.crash_stack_size)?;
+    let (os_release, os_version, machine) = uname_text();
+    // SAFETY: an all-zero sigaction is a valid placeholder (SIG_DFL, empty mask); install overwrites them.
+    let zero_action: libc::sigaction = unsafe { core::mem::zeroed() };
+    Ok(State {
+        dir_fd,
+        stop_signal,
+        stop_timeout_ns: u64::from(config.stop_timeout_ms) * 1_000_000,
+        release_timeout_ns: u64::from(config.release_timeout_ms) * 1_000_000,
+        threads: ThreadTable::new(slots),
+        images,
+        scratch: RawBuf::new(leak_slice(SCRATCH_BYTES, 0u8)?),
+        write_buf: RawBuf::new(leak_slice(WRITE_BUF_BYTES, 0u8)?),
+        frames: RawBuf::new(leak_slice(config.max_frames, 0u64)?),
+        repeats: RawBuf::new(leak_slice(REPEATS, Repeat::default())?),
+        dirents: RawBuf::new(leak_slice(DIRENT_BYTES, 0u8)?),
+        page: RawBuf::new(leak_slice(crash::memory::BLOCK, 0u8)?),
+        crash_stack_top: (crash_base + crash_size) & !15,
+        text: Text {
+            os_release,
+            os_version,
+            machine,
+            exe_path,
+            exe_name,
+            app_id: leak_bytes(config.app_id.as_bytes()),
+            short_version: leak_bytes(config.short_version.as_bytes()),
+            build_version: leak_bytes(config.build_version.as_bytes()),
+        },
+        prev_fatal: [zero_action; 7],
+        prev_stop: zero_action,
+        record: UnsafeCell::new(CrashRecord {
+            signal: 0,
+            code: 0,
+            addr: None,
+            tid: 0,
+            regs: RegisterValues::EMPTY,
+            temp: None,
+        }),
+    })
+}
+
+/// Uninstalls the handler. See [`crate::uninstall`].
+pub fn uninstall() -> Result<(), InstallError> {
+    let mut guard = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(inst) = guard.take() else { return Err(InstallError::NotInstalled) };
+    let st = inst.state;
+    // SAFETY: restoring the actions saved at install, with valid pointers.
+    unsafe {
+        for (sig, prev) in FATAL_SIGNALS.iter().zip(st.prev_fatal.iter()) {
+            libc::sigaction(*sig, prev, core::ptr::null_mut());
+        }
+        libc::sigaction(st.stop_signal, &st.prev_stop, core::ptr::null_mut());
+        if sys::gettid() == inst.installer_tid {
+            libc::sigaltstack(&inst.old_altstack, core::ptr::null_mut());
+        }
+        libc::close(st.dir_fd);
+    }
+    STATE.store(core::ptr::null_mut(), Ordering::Release);
+    Ok(())
+}
+
+/// Re-snapshots the image list. See [`crate::refresh_images`].
+pub fn refresh_images() -> Result<usize, InstallError> {
+    let guard = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(inst) = guard.as_ref() else { return Err(InstallError::NotInstalled) };
+    let st = inst.state;
+    // SAFETY: updates are serialized by the INSTALLED lock held here.
+    unsafe { st.images.update(|l| images::snapshot(l, st.text.exe_path)) };
+    Ok(st.images.current().len())
+}
+
+/// Whether the handler is installed.
+pub fn is_installed() -> bool {
+    INSTALLED.lock().map(|g| g.is_some()).unwrap_or(false)
+}

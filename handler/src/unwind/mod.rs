@@ -1,0 +1,532 @@
+//! The pure frame-pointer stack walker.
+//!
+//! Input: the registers a walk starts from ([`WalkRegs`]) and a [`MemoryReader`] (the only way stack memory is
+//! read: `process_vm_readv` on Linux, `mach_vm_read_overwrite` on Apple, a byte map in tests). Output: raw frame
+//! addresses (frame 0 = PC, then return addresses, unadjusted; the `- 1` for symbol lookup is the viewer's job)
+//! into a caller-provided buffer, plus repeat records that keep deep recursion whole.
+//!
+//! A frame record is `[previous fp, return address]` at `fp` on both x86-64 (`push rbp; mov rbp, rsp`) and arm64
+//! (`stp x29, x30, [sp, #-16]!; mov x29, sp`). The walk stops when the frame pointer is 0, misaligned, not strictly
+//! increasing, outside `[sp, sp + max_stack_span)`, unreadable, when a return address is 0 (after PAC stripping),
+//! or at the step cap.
+//!
+//! **arm64 leaf heuristic.** A leaf function (or any function before its prologue has stored `x30`) has no frame
+//! record of its own, so its caller appears only in LR. When `lr` is given, the walker uses LR as frame 1 unless it
+//! equals the return address stored in the first frame record (then the function already saved it and LR adds
+//! nothing). Cost of the heuristic: a non-leaf function interrupted after a call returned and before its epilogue
+//! holds a stale LR that points into itself, so its own function appears twice (frames 0 and 1). This is the
+//! trade-off PLCrashReporter and KSCrash make; only the crashed thread of a fault, and threads stopped by signal, pass
+//! LR.
+//!
+//! **Repeats.** A run of `p` frames (1 ≤ p ≤ [`MAX_REPEAT_PERIOD`]) that repeats back to back is stored once and
+//! counted, so a stack overflow's callers (below thousands of recursive frames) stay in the report.
+//!
+//! Never allocates, locks or panics; async-signal-safe when the reader is.
+
+/// A fault-proof reader of the crashed process's memory.
+pub trait MemoryReader {
+    /// Fills `buf` from address `addr`; `false` when any byte is unreadable. Must never fault.
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool;
+
+    /// Reads one native-endian `u64`.
+    fn read_u64(&mut self, addr: u64) -> Option<u64> {
+        let mut b = [0u8; 8];
+        if self.read(addr, &mut b) {
+            Some(u64::from_ne_bytes(b))
+        } else {
+            None
+        }
+    }
+}
+
+pub use crate::arch::WalkRegs;
+
+/// Longest repeating run (in frames) the walker compresses.
+pub const MAX_REPEAT_PERIOD: usize = 8;
+
+/// Walk limits and per-architecture rules.
+#[derive(Clone, Copy, Debug)]
+pub struct WalkOptions {
+    /// Required alignment of a frame pointer in bytes (8 on x86-64 and arm64).
+    pub fp_align: u64,
+    /// Frame records must lie in `[sp, sp + max_stack_span)` (bytes).
+    pub max_stack_span: u64,
+    /// Most frame records followed (bounds the time a pathological stack costs; repeats count too).
+    pub max_steps: usize,
+    /// Clears pointer-authentication bits from a return address (identity on x86-64).
+    pub strip: fn(u64) -> u64,
+}
+
+fn identity(v: u64) -> u64 {
+    v
+}
+
+fn strip_linux_arm64(v: u64) -> u64 {
+    crate::arch::aarch64::strip_pac(v, crate::arch::aarch64::LINUX_USER_VA_BITS)
+}
+
+impl WalkOptions {
+    /// Options for this host: 8-byte alignment, 1 GiB stack span, 1 Mi steps, and PAC stripping on arm64.
+    pub const fn host() -> Self {
+        WalkOptions {
+            fp_align: 8,
+            max_stack_span: 1 << 30,
+            max_steps: 1 << 20,
+            strip: if cfg!(target_arch = "aarch64") { strip_linux_arm64 } else { identity },
+        }
+    }
+}
+
+impl Default for WalkOptions {
+    fn default() -> Self {
+        Self::host()
+    }
+}
+
+/// Why the walk ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The frame pointer was 0: the normal end of a stack.
+    NullFramePointer,
+    /// The frame pointer was not aligned.
+    Misaligned,
+    /// The next frame pointer was not above the previous one (a cycle or garbage).
+    NotIncreasing,
+    /// The frame pointer left `[sp, sp + max_stack_span)`.
+    OutsideStack,
+    /// The frame record could not be read.
+    Unreadable,
+    /// A return address was 0.
+    NullReturnAddress,
+    /// The output buffer filled up (frames truncated).
+    FrameCap,
+    /// `max_steps` frame records were followed.
+    StepCap,
+    /// The output buffer has no room even for frame 0.
+    NoRoom,
+}
+
+/// A repeating run (same meaning as `report_format::encode::Repeat`).
+pub type Repeat = report_format::encode::Repeat;
+
+/// Result of a walk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalkOutcome {
+    /// Frames stored at the front of the output buffer.
+    pub frames: usize,
+    /// Repeat records stored at the front of the repeat buffer.
+    pub repeats: usize,
+    /// True when frames were lost to a cap (frame buffer, repeat buffer or steps).
+    pub truncated: bool,
+    /// Why the walk ended.
+    pub stop: StopReason,
+}
+
+/// Output under construction: frames plus online repeat detection.
+struct Out<'a> {
+    frames: &'a mut [u64],
+    n: usize,
+    repeats: &'a mut [Repeat],
+    nrep: usize,
+    /// Active repeat: (start, period, matched frames in the current cycle, full cycles matched).
+    active: Option<(usize, usize, usize, u32)>,
+    /// Frames before this index belong to finished repeats and are never matched again.
+    floor: usize,
+    lost: bool,
+}
+
+impl Out<'_> {
+    fn at(&self, i: usize) -> u64 {
+        self.frames.get(i).copied().unwrap_or(0)
+    }
+
+    fn store(&mut self, v: u64) -> bool {
+        match self.frames.get_mut(self.n) {
+            Some(slot) => {
+                *slot = v;
+                self.n += 1;
+                true
+            }
+            None => {
+                self.lost = true;
+                false
+            }
+        }
+    }
+
+    /// Ends the active repeat: records it (if at least one full extra cycle) and stores the partial cycle.
+    fn close_repeat(&mut self) -> bool {
+        let Some((start, p, k, cycles)) = self.active.take() else { return true };
+        if cycles > 0 {
+            match self.repeats.get_mut(self.nrep) {
+                Some(r) => {
+                    *r = Repeat { start: start as u32, len: p as u32, count: cycles };
+                    self.nrep += 1;
+                }
+                None => self.lost = true,
+            }
+        }
+        self.floor = self.n;
+        for j in 0..k {
+            let v = self.at(start + j);
+            if !self.store(v) {
+                return false;
+            }
+        }
+        self.floor = self.n;
+        true
+    }
+
+    /// Appends one frame; `false` when the buffer is full.
+    fn push(&mut self, v: u64) -> bool {
+        if let Some((start, p, k, cycles)) = self.active {
+            if self.at(start + k) == v {
+                let k = k + 1;
+                self.active =
+                    Some(if k == p { (start, p, 0, cycles.saturating_add(1)) } else { (start, p, k, cycles) });
+                return true;
+            }
+            if !self.close_repeat() {
+                return false;
+            }
+        }
+        if !self.store(v) {
+            return false;
+        }
+        // Do the last 2p stored frames form two copies of one run? Then drop the second copy and count.
+        for p in 1..=MAX_REPEAT_PERIOD {
+            if self.n < self.floor + 2 * p {
+                break;
+            }
+            let a = self.n - 2 * p;
+            if (0..p).all(|j| self.at(a + j) == self.at(a + p + j)) {
+                self.n -= p;
+                self.active = Some((a, p, 0, 1));
+                break;
+            }
+        }
+        true
+    }
+
+    fn finish(mut self) -> (usize, usize, bool) {
+        let _ = self.close_repeat();
+        (self.n, self.nrep, self.lost)
+    }
+}
+
+/// Walks one stack. `frames` receives frame 0 (the PC) and the return addresses; `repeats` the compressed runs.
+/// Never allocates or panics; async-signal-safe when `mem` is.
+pub fn walk<M: MemoryReader>(
+    start: &WalkRegs,
+    mem: &mut M,
+    opts: &WalkOptions,
+    frames: &mut [u64],
+    repeats: &mut [Repeat],
+) -> WalkOutcome {
+    let mut out = Out { frames, n: 0, repeats, nrep: 0, active: None, floor: 0, lost: false };
+    let stop = walk_into(start, mem, opts, &mut out);
+    let (n, nrep, lost) = out.finish();
+    let truncated = lost || matches!(stop, StopReason::FrameCap | StopReason::StepCap);
+    let stop =
+        if lost && !matches!(stop, StopReason::StepCap | StopReason::NoRoom) { StopReason::FrameCap } else { stop };
+    WalkOutcome { frames: n, repeats: nrep, truncated, stop }
+}
+
+fn walk_into<M: MemoryReader>(start: &WalkRegs, mem: &mut M, opts: &WalkOptions, out: &mut Out<'_>) -> StopReason {
+    if !out.push(start.pc) {
+        return StopReason::NoRoom;
+    }
+    let lo = start.sp;
+    let hi = start.sp.saturating_add(opts.max_stack_span);
+    let align = opts.fp_align.max(1);
+    let mut fp = start.fp;
+    let mut first = true;
+    for _ in 0..opts.max_steps {
+        if fp == 0 {
+            return finish_lr(start, opts, out, first, StopReason::NullFramePointer);
+        }
+        if fp % align != 0 {
+            return finish_lr(start, opts, out, first, StopReason::Misaligned);
+        }
+        if fp < lo || fp >= hi || fp.checked_add(16).is_none_or(|end| end > hi) {
+            return finish_lr(start, opts, out, first, StopReason::OutsideStack);
+        }
+        let mut rec = [0u8; 16];
+        if !mem.read(fp, &mut rec) {
+            return finish_lr(start, opts, out, first, StopReason::Unreadable);
+        }
+        let (a, b) = rec.split_at(8);
+        let next_fp = u64::from_ne_bytes(a.try_into().unwrap_or([0; 8]));
+        let ret = (opts.strip)(u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
+        if first {
+            first = false;
+            if let Some(lr) = start.lr.map(opts.strip) {
+                if lr != 0 && lr != ret && !out.push(lr) {
+                    return StopReason::FrameCap;
+                }
+            }
+        }
+        if ret == 0 {
+            return StopReason::NullReturnAddress;
+        }
+        if !out.push(ret) {
+            return StopReason::FrameCap;
+        }
+        if next_fp == 0 {
+            return StopReason::NullFramePointer;
+        }
+        if next_fp <= fp {
+            return StopReason::NotIncreasing;
+        }
+        fp = next_fp;
+    }
+    StopReason::StepCap
+}
+
+/// When the walk ends before reading the first record, LR is still the best guess for frame 1 (arm64 leaf).
+fn finish_lr(start: &WalkRegs, opts: &WalkOptions, out: &mut Out<'_>, first: bool, why: StopReason) -> StopReason {
+    if first {
+        if let Some(lr) = start.lr.map(opts.strip) {
+            if lr != 0 && !out.push(lr) {
+                return StopReason::FrameCap;
+            }
+        }
+    }
+    why
+}
+
+/// Expands stored frames and repeats into the full frame list (launch-time helper for tests and tools).
+#[cfg(test)]
+pub(crate) fn expand(frames: &[u64], repeats: &[Repeat]) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut i = 0usize;
+    while i < frames.len() {
+        if let Some(r) = repeats.iter().find(|r| r.start as usize == i) {
+            let run = &frames[i..i + r.len as usize];
+            for _ in 0..=r.count {
+                out.extend_from_slice(run);
+            }
+            i += r.len as usize;
+        } else {
+            out.push(frames[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// Synthetic memory: 8-byte words at addresses.
+    #[derive(Default)]
+    struct Mem {
+        words: BTreeMap<u64, u64>,
+        reads: usize,
+    }
+
+    impl Mem {
+        fn record(&mut self, fp: u64, next: u64, ret: u64) {
+            self.words.insert(fp, next);
+            self.words.insert(fp + 8, ret);
+        }
+    }
+
+    impl MemoryReader for Mem {
+        fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
+            self.reads += 1;
+            for (k, chunk) in buf.chunks_mut(8).enumerate() {
+                match self.words.get(&(addr + 8 * k as u64)) {
+                    Some(w) => chunk.copy_from_slice(&w.to_ne_bytes()[..chunk.len()]),
+                    None => return false,
+                }
+            }
+            true
+        }
+    }
+
+    fn x86(pc: u64, sp: u64, fp: u64) -> WalkRegs {
+        WalkRegs { pc, sp, fp, lr: None }
+    }
+
+    fn run(start: WalkRegs, mem: &mut Mem, cap: usize) -> (Vec<u64>, Vec<Repeat>, WalkOutcome) {
+        let mut frames = vec![0u64; cap];
+        let mut reps = [Repeat::default(); 8];
+        let o = walk(&start, mem, &WalkOptions { strip: identity, ..WalkOptions::host() }, &mut frames, &mut reps);
+        (frames[..o.frames].to_vec(), reps[..o.repeats].to_vec(), o)
+    }
+
+    /// A normal chain of three records ending with fp = 0.
+    fn chain() -> Mem {
+        let mut m = Mem::default();
+        m.record(0x7000_0010, 0x7000_0040, 0x40_1111);
+        m.record(0x7000_0040, 0x7000_0100, 0x40_2222);
+        m.record(0x7000_0100, 0, 0x40_3333);
+        m
+    }
+
+    #[test]
+    fn follows_a_chain_to_the_null_frame_pointer() {
+        let mut m = chain();
+        let (f, r, o) = run(x86(0x40_0000, 0x7000_0000, 0x7000_0010), &mut m, 64);
+        assert_eq!(f, vec![0x40_0000, 0x40_1111, 0x40_2222, 0x40_3333]);
+        assert!(r.is_empty());
+        assert_eq!(o.stop, StopReason::NullFramePointer);
+        assert!(!o.truncated);
+    }
+
+    #[test]
+    fn a_cycle_stops_as_not_increasing() {
+        let mut m = Mem::default();
+        m.record(0x7000_0010, 0x7000_0040, 0x40_1111);
+        m.record(0x7000_0040, 0x7000_0010, 0x40_2222); // points back down
+        let (f, _, o) = run(x86(0x40_0000, 0x7000_0000, 0x7000_0010), &mut m, 64);
+        assert_eq!(f, vec![0x40_0000, 0x40_1111, 0x40_2222]);
+        assert_eq!(o.stop, StopReason::NotIncreasing);
+        // Self-loop.
+        let mut m = Mem::default();
+        m.record(0x7000_0010, 0x7000_0010, 0x40_1111);
+        let (_, _, o) = run(x86(0x40_0000, 0x7000_0000, 0x7000_0010), &mut m, 64);
+        assert_eq!(o.stop, StopReason::NotIncreasing);
+    }
+
+    #[test]
+    fn misaligned_frame_pointer_stops() {
+        let mut m = chain();
+        let (f, _, o) = run(x86(0x40_0000, 0x7000_0000, 0x7000_0013), &mut m, 64);
+        assert_eq!(f, vec![0x40_0000]);
+        assert_eq!(o.stop, StopReason::Misaligned);
+        let mut m = Mem::default();
+        m.record(0x7000_0010, 0x7000_0043, 0x40_1111);
+        let (f, _, o) = run(x86(0x40_0000, 0x7000_0000, 0x7000_0010), &mut m, 64);
+        assert_eq!(f, vec![0x40_0000, 0x40_1111]);
+        assert_eq!(o.stop, StopReason::Misaligned);
+    }
+
+    #[test]
+    fn garbage_and_unreadable_memory_stop_without_panicking() {
+        // fp below sp.
+        let mut m = chain();
+        let (f, _, o) = run(x86(0x40_0000, 0x7000_0020, 0x7000_0010), &mut m, 64);
+        assert_eq!((f.len(), o.stop), (1, StopReason::OutsideStack));
+        // Unmapped record.
+        let mut m = Mem::default();
+        let (f, _, o) = run(x86(0x40_0000, 0x7000_0000, 0x7000_0010), &mut m, 64);
+        assert_eq!((f.len(), o.stop), (1, StopReason::Unreadable));
+        // Near the top of the address space: no overflow.
+        let mut m = Mem::default();
+        let (_, _, o) = run(x86(0x40_0000, u64::MAX - 64, u64::MAX - 7), &mut m, 64);
+        assert!(matches!(o.stop, StopReason::OutsideStack | StopReason::Misaligned), "{o:?}");
+        // A zero return address.
+        let mut m = Mem::default();
+        m.record(0x7000_0010, 0x7000_0040, 0);
+        let (f, _, o) = run(x86(0x40_0000, 0x7000_0000, 0x7000_0010), &mut m, 64);
+        assert_eq!((f.len(), o.stop), (1, StopReason::NullReturnAddress));
+        // Pseudo-random words: every run ends, no panic.
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        for _ in 0..200 {
+            let mut m = Mem::default();
+            for k in 0..64u64 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                m.words.insert(0x7000_0000 + 8 * k, if k % 3 == 0 { 0x7000_0000 + (seed % 512) } else { seed });
+            }
+            let (f, _, o) = run(x86(1, 0x7000_0000, 0x7000_0000 + (seed % 64) * 8), &mut m, 32);
+            assert!(!f.is_empty() && f.len() <= 32, "{o:?}");
+        }
+    }
+
+    #[test]
+    fn frame_cap_truncates() {
+        let mut m = Mem::default();
+        for k in 0..100u64 {
+            m.record(0x7000_0000 + 16 * k, 0x7000_0000 + 16 * (k + 1), 0x40_0000 + k);
+        }
+        let (f, _, o) = run(x86(0x1, 0x7000_0000, 0x7000_0000), &mut m, 10);
+        assert_eq!(f.len(), 10);
+        assert!(o.truncated);
+        assert_eq!(o.stop, StopReason::FrameCap);
+        assert_eq!(f[9], 0x40_0008);
+        // No room at all.
+        let (f, _, o) = run(x86(0x1, 0x7000_0000, 0x7000_0000), &mut m, 0);
+        assert_eq!((f.len(), o.stop), (0, StopReason::NoRoom));
+    }
+
+    #[test]
+    fn step_cap_bounds_the_work() {
+        let mut m = Mem::default();
+        for k in 0..100u64 {
+            m.record(0x7000_0000 + 16 * k, 0x7000_0000 + 16 * (k + 1), 0x40_0000);
+        }
+        let mut frames = [0u64; 16];
+        let mut reps = [Repeat::default(); 4];
+        let opts = WalkOptions { max_steps: 20, strip: identity, ..WalkOptions::host() };
+        let o = walk(&x86(1, 0x7000_0000, 0x7000_0000), &mut m, &opts, &mut frames, &mut reps);
+        assert_eq!(o.stop, StopReason::StepCap);
+        assert!(o.truncated);
+        assert!(m.reads <= 20);
+    }
+
+    #[test]
+    fn deep_recursion_is_compressed_and_keeps_its_callers() {
+        // pc in recurse(); 5000 records returning into recurse(), then trigger(), run(), main().
+        let mut m = Mem::default();
+        let base = 0x7000_0000u64;
+        let n = 5000u64;
+        for k in 0..n {
+            m.record(base + 32 * k, base + 32 * (k + 1), 0x40_0abc);
+        }
+        m.record(base + 32 * n, base + 32 * (n + 1), 0x40_1000);
+        m.record(base + 32 * (n + 1), base + 32 * (n + 2), 0x40_2000);
+        m.record(base + 32 * (n + 2), 0, 0x40_3000);
+        let (f, r, o) = run(x86(0x40_0aa0, base, base), &mut m, 64);
+        assert!(!o.truncated, "{o:?}");
+        assert_eq!(f, vec![0x40_0aa0, 0x40_0abc, 0x40_1000, 0x40_2000, 0x40_3000]);
+        assert_eq!(r, vec![Repeat { start: 1, len: 1, count: (n - 1) as u32 }]);
+        let full = expand(&f, &r);
+        assert_eq!(full.len() as u64, 1 + n + 3);
+    }
+
+    #[test]
+    fn period_two_recursion_and_a_partial_cycle() {
+        // a b a b a b a (then c): stored "a b" once with 2 more cycles, then the partial "a", then c.
+        let seq = [0xa, 0xb, 0xa, 0xb, 0xa, 0xb, 0xa, 0xc];
+        let mut m = Mem::default();
+        let base = 0x7000_0000u64;
+        for (k, ret) in seq.iter().enumerate() {
+            let k = k as u64;
+            let next = if k + 1 == seq.len() as u64 { 0 } else { base + 16 * (k + 1) };
+            m.record(base + 16 * k, next, *ret);
+        }
+        let (f, r, _) = run(x86(0x1, base, base), &mut m, 64);
+        assert_eq!(expand(&f, &r), [&[0x1u64][..], &seq[..]].concat());
+        assert_eq!(r.len(), 1);
+        assert_eq!(f.len(), 1 + 2 + 2);
+    }
+
+    #[test]
+    fn arm64_leaf_uses_lr_and_strips_signed_return_addresses() {
+        let mut m = Mem::default();
+        // Signed return addresses as qemu's pac-ret produces them.
+        m.record(0x7000_0010, 0x7000_0040, 0x0029_0055_0001_1111);
+        m.record(0x7000_0040, 0, 0x0013_0055_0001_2222);
+        let opts = WalkOptions { strip: strip_linux_arm64, ..WalkOptions::host() };
+        let mut frames = [0u64; 16];
+        let mut reps = [Repeat::default(); 4];
+        // Leaf: LR differs from the first record's return address -> frame 1.
+        let start = WalkRegs { pc: 0x55_0000_9000, sp: 0x7000_0000, fp: 0x7000_0010, lr: Some(0x0077_0055_0000_9999) };
+        let o = walk(&start, &mut m, &opts, &mut frames, &mut reps);
+        assert_eq!(&frames[..o.frames], &[0x55_0000_9000, 0x55_0000_9999, 0x55_0001_1111, 0x55_0001_2222]);
+        // Non-leaf: LR equals the saved return address -> not duplicated.
+        let start = WalkRegs { lr: Some(0x0029_0055_0001_1111), ..start };
+        let o = walk(&start, &mut m, &opts, &mut frames, &mut reps);
+        assert_eq!(&frames[..o.frames], &[0x55_0000_9000, 0x55_0001_1111, 0x55_0001_2222]);
+        // No frame record at all: LR still gives frame 1.
+        let start = WalkRegs { fp: 0, ..start };
+        let o = walk(&start, &mut m, &opts, &mut frames, &mut reps);
+        assert_eq!(&frames[..o.frames], &[0x55_0000_9000, 0x55_0001_1111]);
+    }
+}
