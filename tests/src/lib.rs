@@ -1,1 +1,209 @@
-//! Crash-test support. Work in progress.
+//! Crash-test support: run the crash client with one trigger, collect its report, decode it, and symbolicate the
+//! crashed thread's frames against the client binary's own debug info (`addr2line`), with the build id read from
+//! the file itself (`object`).
+
+use object::{Object, ObjectSection};
+use report_format::model::{Image, ImageId, Report, Thread};
+use std::borrow::Cow;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Everything a crash run produced.
+#[derive(Debug)]
+pub struct Run {
+    /// Trigger name.
+    pub trigger: String,
+    /// The signal that ended the process (`None` if it exited normally).
+    pub signal: Option<i32>,
+    /// Exit code when it exited normally.
+    pub code: Option<i32>,
+    /// Client stdout.
+    pub stdout: String,
+    /// Client stderr.
+    pub stderr: String,
+    /// Paths of finished reports (`*.crashreport`).
+    pub reports: Vec<PathBuf>,
+    /// Other files left in the report directory (temporary files, ...), except the SIGBUS backing file.
+    pub leftovers: Vec<PathBuf>,
+    /// The alloc-count file's `key value` lines.
+    pub counts: Vec<(String, u64)>,
+    /// Keeps the directory alive.
+    pub dir: PathBuf,
+}
+
+impl Run {
+    /// Value of a `KEY value` line of the client's stdout (first occurrence).
+    pub fn out_value(&self, key: &str) -> Option<&str> {
+        self.stdout.lines().find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(' ')))
+    }
+
+    /// All values of `KEY value` lines of stdout.
+    pub fn out_values(&self, key: &str) -> Vec<&str> {
+        self.stdout.lines().filter_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(' '))).collect()
+    }
+
+    /// A counter the client's crash hook wrote.
+    pub fn count(&self, key: &str) -> Option<u64> {
+        self.counts.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+}
+
+/// Runs the crash client at `client` with `trigger` in a fresh directory under `base`; waits at most `limit` for
+/// it to die. (Integration tests pass `env!("CARGO_BIN_EXE_crash-client")`.)
+///
+/// # Panics
+/// When the client cannot be started or does not end within `limit` (it is killed then).
+pub fn run(client: &Path, trigger: &str, base: &Path, limit: Duration) -> Run {
+    let dir = base.join(trigger);
+    let reports = dir.join("reports");
+    std::fs::create_dir_all(&dir).expect("test dir");
+    let counts = dir.join("alloc-counts");
+    let out_path = dir.join("stdout");
+    let err_path = dir.join("stderr");
+    let mut child = Command::new(client)
+        .arg(trigger)
+        .arg(&reports)
+        .arg(&counts)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).expect("stdout file"))
+        .stderr(std::fs::File::create(&err_path).expect("stderr file"))
+        .spawn()
+        .expect("spawn crash client");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("crash client `{trigger}` did not end within {limit:?} (hang)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut found = Vec::new();
+    let mut leftovers = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(&reports) {
+        for e in rd.flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".crashreport") && !name.starts_with('.') {
+                found.push(p);
+            } else if name != "sigbus-backing-file" {
+                leftovers.push(p);
+            }
+        }
+    }
+    let counts = std::fs::read_to_string(&counts)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect();
+    Run {
+        trigger: trigger.to_string(),
+        signal: status.signal(),
+        code: status.code(),
+        stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
+        stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
+        reports: found,
+        leftovers,
+        counts,
+        dir,
+    }
+}
+
+/// Symbolicates addresses of one ELF file with its own DWARF.
+pub struct Symbolizer {
+    ctx: addr2line::Context<gimli::EndianRcSlice<gimli::RunTimeEndian>>,
+    /// GNU build id read from the file.
+    pub build_id: Option<Vec<u8>>,
+}
+
+impl Symbolizer {
+    /// Loads the DWARF of the ELF file at `path`.
+    ///
+    /// # Panics
+    /// When the file cannot be read or parsed.
+    pub fn new(path: &Path) -> Symbolizer {
+        let data = std::fs::read(path).expect("read binary");
+        let file = object::File::parse(&*data).expect("parse binary");
+        let endian = if file.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
+        let load = |id: gimli::SectionId| -> Result<gimli::EndianRcSlice<gimli::RunTimeEndian>, gimli::Error> {
+            let bytes: Cow<'_, [u8]> =
+                file.section_by_name(id.name()).and_then(|s| s.uncompressed_data().ok()).unwrap_or(Cow::Borrowed(&[]));
+            Ok(gimli::EndianRcSlice::new(std::rc::Rc::from(&*bytes), endian))
+        };
+        let dwarf = gimli::Dwarf::load(load).expect("load dwarf");
+        let ctx = addr2line::Context::from_dwarf(dwarf).expect("dwarf context");
+        let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
+        Symbolizer { ctx, build_id }
+    }
+
+    /// Function names (innermost inlined first, then the containing function) at a link-time address.
+    pub fn names(&self, probe: u64) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Ok(mut frames) = self.ctx.find_frames(probe).skip_all_loads() {
+            while let Ok(Some(f)) = frames.next() {
+                if let Some(func) = f.function {
+                    if let Ok(name) = func.demangle() {
+                        out.push(name.into_owned());
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The image of the report whose path is the client binary.
+pub fn client_image<'r>(report: &'r Report, client: &Path) -> Option<&'r Image> {
+    let client = std::fs::canonicalize(client).ok()?;
+    report.images.iter().find(|i| i.path.as_deref().map(Path::new) == Some(client.as_path()))
+}
+
+/// Symbolicated names per frame of `thread` (frame 0 uses the PC, later frames the return address - 1); frames
+/// outside the client image give an empty list.
+pub fn symbolicate(sym: &Symbolizer, image: &Image, thread: &Thread) -> Vec<Vec<String>> {
+    let bias = image.slide.unwrap_or(image.load_address as i64);
+    thread
+        .frames
+        .iter()
+        .enumerate()
+        .map(|(i, &addr)| {
+            let in_image = addr >= image.load_address && addr - image.load_address < image.size;
+            if !in_image {
+                return Vec::new();
+            }
+            let probe = if i == 0 { addr } else { addr - 1 };
+            sym.names((probe as i64 - bias) as u64)
+        })
+        .collect()
+}
+
+/// Whether `wanted` occur, in order, as suffixes of function names in `frames` (innermost first). Returns the
+/// frame index where each was found.
+pub fn find_in_order(frames: &[Vec<String>], wanted: &[&str]) -> Result<Vec<usize>, String> {
+    let mut at = 0usize;
+    let mut found = Vec::new();
+    for w in wanted {
+        let hit = (at..frames.len()).find(|&i| frames[i].iter().any(|n| n.ends_with(w)));
+        match hit {
+            Some(i) => {
+                found.push(i);
+                at = i + 1;
+            }
+            None => return Err(format!("`{w}` not found (in order) in frames {frames:#?}")),
+        }
+    }
+    Ok(found)
+}
+
+/// The image id bytes, if any.
+pub fn id_bytes(image: &Image) -> Option<&[u8]> {
+    image.id.as_ref().map(ImageId::bytes)
+}

@@ -264,7 +264,8 @@ pub fn write_report<S: Sink, M: MemoryReader>(
                 t.register_set = d.regs.set;
                 t.registers = d.regs.to_options(&mut regs_buf);
                 if let Some(start) = d.regs.walk_start() {
-                    let o = unwind::walk(&start, mem, opts, bufs.frames, bufs.repeats);
+                    let is_code = |a: u64| images.find(a).is_some();
+                    let o = unwind::walk_checked(&start, mem, opts, Some(&is_code), bufs.frames, bufs.repeats);
                     n_frames = o.frames;
                     n_reps = o.repeats;
                     t.frames_truncated = o.truncated;
@@ -310,7 +311,8 @@ fn write_images<S: Sink>(enc: &mut Encoder<'_, S>, images: &ImageList) -> Result
 }
 
 /// Encodes a minimal report after a fault inside the handler: META (marked minimal, with `head.meta.note`),
-/// EXCEPTION, and the crashed thread with its registers and frame 0 only. No walking, no other threads, no images.
+/// EXCEPTION, the crashed thread with its registers and frame 0 only, and the image list (read from the
+/// preallocated table, so frame 0 can be symbolicated). No walking, no other threads.
 ///
 /// # Errors
 /// The first [`EncodeError`].
@@ -319,12 +321,13 @@ pub fn write_minimal_report<S: Sink>(
     head: &ReportHead<'_>,
     crashed_tid: u64,
     regs: &crate::arch::RegisterValues,
+    images: &ImageList,
     scratch: &mut [u8],
 ) -> Result<S, EncodeError> {
     let mut meta = head.meta;
     meta.minimal = true;
     meta.thread_count = Some(1);
-    meta.image_count = Some(0);
+    meta.image_count = Some(images.len() as u32);
     let mut exc = head.exception;
     exc.crashed_thread = Some(0);
     let mut regs_buf = [None; MAX_REGS];
@@ -344,6 +347,7 @@ pub fn write_minimal_report<S: Sink>(
     enc.meta(&meta)?;
     enc.exception(&exc)?;
     enc.thread(&t)?;
+    write_images(&mut enc, images)?;
     enc.finish()
 }
 

@@ -55,6 +55,9 @@ pub struct WalkOptions {
     pub max_steps: usize,
     /// Clears pointer-authentication bits from a return address (identity on x86-64).
     pub strip: fn(u64) -> u64,
+    /// Bytes above `sp` searched for a frame record when the first one is not valid (see [`walk_checked`]);
+    /// 0 disables the search.
+    pub scan_bytes: u64,
 }
 
 fn identity(v: u64) -> u64 {
@@ -73,6 +76,7 @@ impl WalkOptions {
             max_stack_span: 1 << 30,
             max_steps: 1 << 20,
             strip: if cfg!(target_arch = "aarch64") { strip_linux_arm64 } else { identity },
+            scan_bytes: 16 * 1024,
         }
     }
 }
@@ -223,8 +227,28 @@ pub fn walk<M: MemoryReader>(
     frames: &mut [u64],
     repeats: &mut [Repeat],
 ) -> WalkOutcome {
+    walk_checked(start, mem, opts, None, frames, repeats)
+}
+
+/// Like [`walk`], with a code-address test (e.g. "inside the text range of a loaded image").
+///
+/// **Bridging frameless code.** When the chain breaks (the frame pointer is not aligned, not above the previous
+/// record, outside the stack, unreadable, or its return address is not accepted by `is_code`), the code that ran
+/// keeps no frame pointer (glibc's `raise`/`abort`, or a precompiled library) and `rbp`/`x29` holds an unrelated
+/// value. The walker then searches the `opts.scan_bytes` above the last good record (or above `sp` at the start)
+/// for the lowest frame record that starts a believable chain ([`SCAN_MIN_CHAIN`] valid records, or fewer ending
+/// in a null frame pointer) and continues from there, at most [`MAX_BRIDGES`] times. Frames of the frameless
+/// functions themselves are lost (documented in the handler README).
+pub fn walk_checked<M: MemoryReader>(
+    start: &WalkRegs,
+    mem: &mut M,
+    opts: &WalkOptions,
+    is_code: Option<&dyn Fn(u64) -> bool>,
+    frames: &mut [u64],
+    repeats: &mut [Repeat],
+) -> WalkOutcome {
     let mut out = Out { frames, n: 0, repeats, nrep: 0, active: None, floor: 0, lost: false };
-    let stop = walk_into(start, mem, opts, &mut out);
+    let stop = walk_into(start, mem, opts, is_code, &mut out);
     let (n, nrep, lost) = out.finish();
     let truncated = lost || matches!(stop, StopReason::FrameCap | StopReason::StepCap);
     let stop =
@@ -232,7 +256,16 @@ pub fn walk<M: MemoryReader>(
     WalkOutcome { frames: n, repeats: nrep, truncated, stop }
 }
 
-fn walk_into<M: MemoryReader>(start: &WalkRegs, mem: &mut M, opts: &WalkOptions, out: &mut Out<'_>) -> StopReason {
+/// Most times one walk bridges a broken chain by searching for a frame record.
+pub const MAX_BRIDGES: usize = 16;
+
+fn walk_into<M: MemoryReader>(
+    start: &WalkRegs,
+    mem: &mut M,
+    opts: &WalkOptions,
+    is_code: Option<&dyn Fn(u64) -> bool>,
+    out: &mut Out<'_>,
+) -> StopReason {
     if !out.push(start.pc) {
         return StopReason::NoRoom;
     }
@@ -240,47 +273,127 @@ fn walk_into<M: MemoryReader>(start: &WalkRegs, mem: &mut M, opts: &WalkOptions,
     let hi = start.sp.saturating_add(opts.max_stack_span);
     let align = opts.fp_align.max(1);
     let mut fp = start.fp;
-    let mut first = true;
+    // The last frame record followed (the next one must lie above it); `None` before the first.
+    let mut prev: Option<u64> = None;
+    let mut bridges = 0usize;
     for _ in 0..opts.max_steps {
-        if fp == 0 {
-            return finish_lr(start, opts, out, first, StopReason::NullFramePointer);
-        }
-        if fp % align != 0 {
-            return finish_lr(start, opts, out, first, StopReason::Misaligned);
-        }
-        if fp < lo || fp >= hi || fp.checked_add(16).is_none_or(|end| end > hi) {
-            return finish_lr(start, opts, out, first, StopReason::OutsideStack);
-        }
-        let mut rec = [0u8; 16];
-        if !mem.read(fp, &mut rec) {
-            return finish_lr(start, opts, out, first, StopReason::Unreadable);
-        }
-        let (a, b) = rec.split_at(8);
-        let next_fp = u64::from_ne_bytes(a.try_into().unwrap_or([0; 8]));
-        let ret = (opts.strip)(u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
-        if first {
-            first = false;
-            if let Some(lr) = start.lr.map(opts.strip) {
-                if lr != 0 && lr != ret && !out.push(lr) {
+        let first = prev.is_none();
+        let checked = if fp == 0 {
+            Err(StopReason::NullFramePointer)
+        } else if fp % align != 0 {
+            Err(StopReason::Misaligned)
+        } else if prev.is_some_and(|p| fp <= p) {
+            Err(StopReason::NotIncreasing)
+        } else if fp < lo || fp >= hi || fp.checked_add(16).is_none_or(|end| end > hi) {
+            Err(StopReason::OutsideStack)
+        } else {
+            let mut rec = [0u8; 16];
+            if mem.read(fp, &mut rec) {
+                let (a, b) = rec.split_at(8);
+                let next_fp = u64::from_ne_bytes(a.try_into().unwrap_or([0; 8]));
+                let ret = (opts.strip)(u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
+                if ret == 0 {
+                    Err(StopReason::NullReturnAddress)
+                } else if is_code.is_some_and(|f| !f(ret)) {
+                    Err(StopReason::Unreadable)
+                } else {
+                    Ok((next_fp, ret))
+                }
+            } else {
+                Err(StopReason::Unreadable)
+            }
+        };
+        match checked {
+            Ok((next_fp, ret)) => {
+                if first {
+                    if let Some(lr) = start.lr.map(opts.strip) {
+                        if lr != 0 && lr != ret && !out.push(lr) {
+                            return StopReason::FrameCap;
+                        }
+                    }
+                }
+                if !out.push(ret) {
                     return StopReason::FrameCap;
                 }
+                prev = Some(fp);
+                fp = next_fp;
+            }
+            Err(why) => {
+                // A null frame pointer is usually the end of the stack, but frameless code (glibc's `abort`) can
+                // leave a 0 in the chain too: search anyway; above the real end no believable chain is found.
+                if let Some(f) = is_code {
+                    if bridges < MAX_BRIDGES && opts.scan_bytes > 0 {
+                        let base = prev.map_or(start.sp, |p| p.saturating_add(16));
+                        if let Some(found) = scan_for_record(start, base, mem, opts, f) {
+                            bridges += 1;
+                            if first {
+                                finish_lr(start, opts, out, true, why);
+                            }
+                            // The bridged record counts as "after the first": LR was handled above.
+                            prev = Some(found.saturating_sub(align));
+                            fp = found;
+                            continue;
+                        }
+                    }
+                }
+                return finish_lr(start, opts, out, first, why);
             }
         }
-        if ret == 0 {
-            return StopReason::NullReturnAddress;
-        }
-        if !out.push(ret) {
-            return StopReason::FrameCap;
-        }
-        if next_fp == 0 {
-            return StopReason::NullFramePointer;
-        }
-        if next_fp <= fp {
-            return StopReason::NotIncreasing;
-        }
-        fp = next_fp;
     }
     StopReason::StepCap
+}
+
+/// Reads the record at `fp`: `Some((next_fp, return address))` when it is structurally valid and the return
+/// address is code.
+fn read_record<M: MemoryReader>(
+    fp: u64,
+    start: &WalkRegs,
+    mem: &mut M,
+    opts: &WalkOptions,
+    is_code: &dyn Fn(u64) -> bool,
+) -> Option<(u64, u64)> {
+    let hi = start.sp.saturating_add(opts.max_stack_span);
+    if fp == 0 || fp % opts.fp_align.max(1) != 0 || fp < start.sp || fp.checked_add(16)? > hi {
+        return None;
+    }
+    let next = mem.read_u64(fp)?;
+    let ret = (opts.strip)(mem.read_u64(fp + 8)?);
+    if !is_code(ret) || (next != 0 && (next <= fp || next >= hi || next % opts.fp_align.max(1) != 0)) {
+        return None;
+    }
+    Some((next, ret))
+}
+
+/// Valid records a searched-for chain must show (or reach its end with a null frame pointer) to be believed.
+/// Stale frame records left below the live frames by earlier calls rarely chain this far, because the frameless
+/// code running now has overwritten what they point to.
+pub const SCAN_MIN_CHAIN: usize = 4;
+
+/// Finds the lowest address in `[base, base + scan_bytes)` where a chain of at least [`SCAN_MIN_CHAIN`] valid frame
+/// records starts (or a shorter one that ends with a null frame pointer).
+fn scan_for_record<M: MemoryReader>(
+    start: &WalkRegs,
+    base: u64,
+    mem: &mut M,
+    opts: &WalkOptions,
+    is_code: &dyn Fn(u64) -> bool,
+) -> Option<u64> {
+    let align = opts.fp_align.max(1);
+    let first = base.checked_add(align - 1)? / align * align;
+    let steps = opts.scan_bytes / align;
+    for k in 0..steps {
+        let a = first.checked_add(k * align)?;
+        let mut fp = a;
+        let mut good = 0usize;
+        while let Some((next, _)) = read_record(fp, start, mem, opts, is_code) {
+            good += 1;
+            if next == 0 || good >= SCAN_MIN_CHAIN {
+                return Some(a);
+            }
+            fp = next;
+        }
+    }
+    None
 }
 
 /// When the walk ends before reading the first record, LR is still the best guess for frame 1 (arm64 leaf).
@@ -505,6 +618,38 @@ mod tests {
         assert_eq!(expand(&f, &r), [&[0x1u64][..], &seq[..]].concat());
         assert_eq!(r.len(), 1);
         assert_eq!(f.len(), 1 + 2 + 2);
+    }
+
+    #[test]
+    fn a_frameless_pc_is_bridged_by_searching_for_a_frame_record() {
+        let mut m = Mem::default();
+        let sp = 0x7000_0000u64;
+        // Junk a frameless libc function left on the stack, including a code-looking value with a bad successor.
+        m.words.insert(sp, 0x1234);
+        m.words.insert(sp + 8, 0x7000_0100); // looks like an fp, but its "return address" is not code
+        m.words.insert(sp + 16, 0x40_9999);
+        m.record(sp + 0x100, 0x7000_0003, 0x40_1000); // misaligned successor: rejected
+        m.record(sp + 0x20, sp + 0x30, 0x40_3333); // a stale pair: chains once, then into junk
+        m.record(sp + 0x30, sp + 0x38, 0x40_4444);
+        m.record(sp + 0x40, sp + 0x80, 0x40_1111); // the first real record
+        m.record(sp + 0x80, 0, 0x40_2222);
+        let is_code = |a: u64| (0x40_0000..0x50_0000).contains(&a);
+        let start = WalkRegs { pc: 0x7f00_0000_1000, sp, fp: 0x5, lr: None };
+        let mut frames = [0u64; 16];
+        let mut reps = [Repeat::default(); 4];
+        let opts = WalkOptions { strip: identity, ..WalkOptions::host() };
+        let o = walk_checked(&start, &mut m, &opts, Some(&is_code), &mut frames, &mut reps);
+        assert_eq!(&frames[..o.frames], &[0x7f00_0000_1000, 0x40_1111, 0x40_2222]);
+        // Without the code test there is no search: the bad fp ends the walk.
+        let o = walk(&start, &mut m, &opts, &mut frames, &mut reps);
+        assert_eq!(o.frames, 1);
+        // A valid start is used as is, even when a search would find something else.
+        let start = WalkRegs { fp: sp + 0x80, ..start };
+        let o = walk_checked(&start, &mut m, &opts, Some(&is_code), &mut frames, &mut reps);
+        assert_eq!(&frames[..o.frames], &[0x7f00_0000_1000, 0x40_2222]);
+        // Nothing to find: falls back to the plain walk.
+        let o = walk_checked(&start, &mut Mem::default(), &opts, Some(&is_code), &mut frames, &mut reps);
+        assert_eq!(o.frames, 1);
     }
 
     #[test]

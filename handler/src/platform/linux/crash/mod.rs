@@ -500,7 +500,7 @@ extern "C" fn minimal_main(arg: *mut c_void) {
         // SAFETY: owner-only buffers.
         let (write_buf, scratch) = unsafe { (st.write_buf.get(), st.scratch.get()) };
         let sink = FdSink::new(fd, write_buf);
-        let flushed = match writer::write_minimal_report(sink, &h, rec.tid, &rec.regs, scratch) {
+        let flushed = match writer::write_minimal_report(sink, &h, rec.tid, &rec.regs, st.images.current(), scratch) {
             Ok(mut s) => s.flush().is_ok(),
             Err(_) => true,
         };

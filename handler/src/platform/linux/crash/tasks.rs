@@ -16,10 +16,10 @@ pub fn parse_dirents(buf: &[u8], f: &mut dyn FnMut(u64)) {
             Some(b) => usize::from(u16::from_ne_bytes([b[0], b[1]])),
             None => return,
         };
-        if reclen < NAME_OFF {
+        if reclen < NAME_OFF || off + reclen > buf.len() {
             return;
         }
-        let name = buf.get(off + NAME_OFF..(off + reclen).min(buf.len())).unwrap_or(&[]);
+        let name = buf.get(off + NAME_OFF..off + reclen).unwrap_or(&[]);
         let mut v: u64 = 0;
         let mut digits = 0;
         for b in name {
@@ -32,7 +32,7 @@ pub fn parse_dirents(buf: &[u8], f: &mut dyn FnMut(u64)) {
             }
         }
         // Names are NUL-terminated; "." and ".." have no digits.
-        if digits > 0 && name.get(digits).is_none_or(|b| *b == 0) {
+        if digits > 0 && name.get(digits) == Some(&0) {
             f(v);
         }
         off += reclen;

@@ -1,0 +1,473 @@
+//! The crash client: installs the handler, then crashes with one trigger per process.
+//!
+//! Usage: `crash-client <trigger> <report-dir> <alloc-count-file>`.
+//!
+//! Before crashing it prints `FAULT_TID <tid>`, `THREAD <tid>` for every thread it created that is alive at the
+//! crash, and `FAULT_ADDR <hex>` when the fault address is known, each line flushed. A counting global allocator
+//! and an interposed `malloc`/`calloc`/`realloc` count allocations between the handler's `Start` and
+//! `BeforeReraise` events; the hook writes the counts to the alloc-count file with raw `write(2)`.
+#![allow(unsafe_code)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Allocation counting.
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static CRASH_TID: AtomicU64 = AtomicU64::new(0);
+static CRASH_THREAD_ALLOCS: AtomicU64 = AtomicU64::new(0);
+static ALL_ALLOCS: AtomicU64 = AtomicU64::new(0);
+static C_ALLOCS: AtomicU64 = AtomicU64::new(0);
+static STARTS: AtomicU64 = AtomicU64::new(0);
+static ENDS: AtomicU64 = AtomicU64::new(0);
+static COUNT_FD: AtomicI32 = AtomicI32::new(-1);
+
+fn gettid() -> u64 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u64 }
+}
+
+fn count_one(from_c: bool) {
+    if COUNTING.load(Ordering::Acquire) {
+        ALL_ALLOCS.fetch_add(1, Ordering::AcqRel);
+        if from_c {
+            C_ALLOCS.fetch_add(1, Ordering::AcqRel);
+        }
+        if gettid() == CRASH_TID.load(Ordering::Acquire) {
+            CRASH_THREAD_ALLOCS.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+struct Counting;
+
+// SAFETY: delegates every operation to `System`, only adding counters.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_one(false);
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count_one(false);
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_one(false);
+        // SAFETY: forwarded with the caller's arguments.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded with the caller's arguments.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+// Interposed C allocator entry points (the executable's definitions win over libc's for every caller in the
+// process), delegating to glibc's `__libc_*` implementations.
+extern "C" {
+    fn __libc_malloc(size: usize) -> *mut libc::c_void;
+    fn __libc_calloc(n: usize, size: usize) -> *mut libc::c_void;
+    fn __libc_realloc(p: *mut libc::c_void, size: usize) -> *mut libc::c_void;
+}
+
+/// Counting `malloc`.
+///
+/// # Safety
+/// Same contract as `malloc(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn malloc(size: usize) -> *mut libc::c_void {
+    count_one(true);
+    // SAFETY: same contract as malloc.
+    unsafe { __libc_malloc(size) }
+}
+
+/// Counting `calloc`.
+///
+/// # Safety
+/// Same contract as `calloc(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut libc::c_void {
+    count_one(true);
+    // SAFETY: same contract as calloc.
+    unsafe { __libc_calloc(n, size) }
+}
+
+/// Counting `realloc`.
+///
+/// # Safety
+/// Same contract as `realloc(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn realloc(p: *mut libc::c_void, size: usize) -> *mut libc::c_void {
+    count_one(true);
+    // SAFETY: same contract as realloc.
+    unsafe { __libc_realloc(p, size) }
+}
+
+/// Formats `v` in decimal into `buf` without allocating; returns the digits.
+fn itoa(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 || i == 0 {
+            break;
+        }
+    }
+    &buf[i..]
+}
+
+fn raw_write(fd: i32, bytes: &[u8]) {
+    // SAFETY: `bytes` is a valid slice; write(2) is async-signal-safe.
+    unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+}
+
+extern "C" fn hook(event: handler::test_hooks::CrashEvent, tid: u64) {
+    use handler::test_hooks::CrashEvent;
+    match event {
+        CrashEvent::Start => {
+            CRASH_TID.store(tid, Ordering::Release);
+            STARTS.fetch_add(1, Ordering::AcqRel);
+            COUNTING.store(true, Ordering::Release);
+        }
+        CrashEvent::BeforeReraise => {
+            COUNTING.store(false, Ordering::Release);
+            ENDS.fetch_add(1, Ordering::AcqRel);
+            let fd = COUNT_FD.load(Ordering::Acquire);
+            if fd < 0 {
+                return;
+            }
+            let mut b = [0u8; 20];
+            for (key, v) in [
+                (&b"crash_thread_allocs "[..], CRASH_THREAD_ALLOCS.load(Ordering::Acquire)),
+                (b"all_allocs ", ALL_ALLOCS.load(Ordering::Acquire)),
+                (b"c_allocs ", C_ALLOCS.load(Ordering::Acquire)),
+                (b"starts ", STARTS.load(Ordering::Acquire)),
+                (b"ends ", ENDS.load(Ordering::Acquire)),
+                (b"handler_tid ", tid),
+            ] {
+                raw_write(fd, key);
+                raw_write(fd, itoa(v, &mut b));
+                raw_write(fd, b"\n");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Output to the test.
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Faulting primitives (inline asm, so no debug assertion or compiler reasoning intervenes).
+
+#[inline(never)]
+fn read_at(addr: usize) -> u64 {
+    let v: u64;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: not sound by design: loads from `addr` to fault.
+    unsafe {
+        std::arch::asm!("mov {v}, qword ptr [{a}]", v = out(reg) v, a = in(reg) addr, options(nostack));
+    }
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: not sound by design: loads from `addr` to fault.
+    unsafe {
+        std::arch::asm!("ldr {v}, [{a}]", v = out(reg) v, a = in(reg) addr, options(nostack));
+    }
+    v
+}
+
+#[inline(never)]
+fn write_at(addr: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: not sound by design: stores to `addr` to fault.
+    unsafe {
+        std::arch::asm!("mov qword ptr [{a}], {v}", a = in(reg) addr, v = in(reg) 1u64, options(nostack));
+    }
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: not sound by design: stores to `addr` to fault.
+    unsafe {
+        std::arch::asm!("str {v}, [{a}]", a = in(reg) addr, v = in(reg) 1u64, options(nostack));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Triggers. Each `trigger_*` is what the tests look for in the crashed thread's frames.
+
+#[inline(never)]
+fn trigger_null_deref() {
+    say(&format!("FAULT_TID {}", gettid()));
+    say("FAULT_ADDR 0");
+    black_box(read_at(black_box(0)));
+}
+
+#[inline(never)]
+fn trigger_ro_write() {
+    // SAFETY: anonymous read-only mapping; checked below.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    say(&format!("FAULT_TID {}", gettid()));
+    say(&format!("FAULT_ADDR {:x}", p as usize));
+    write_at(black_box(p as usize));
+}
+
+#[inline(never)]
+fn trigger_sigbus(dir: &std::path::Path) {
+    let path = dir.join("sigbus-backing-file");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .expect("create backing file");
+    use std::os::fd::AsRawFd;
+    // Two pages of a zero-length file: touching them raises SIGBUS (BUS_ADRERR).
+    // SAFETY: shared read mapping of our own file; checked below.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), 8192, libc::PROT_READ, libc::MAP_SHARED, f.as_raw_fd(), 0) };
+    assert_ne!(p, libc::MAP_FAILED);
+    say(&format!("FAULT_TID {}", gettid()));
+    say(&format!("FAULT_ADDR {:x}", p as usize));
+    black_box(read_at(black_box(p as usize)));
+}
+
+#[inline(never)]
+fn trigger_sigill() {
+    say(&format!("FAULT_TID {}", gettid()));
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: not sound by design: executes an undefined instruction.
+    unsafe {
+        std::arch::asm!("ud2", options(nostack));
+    }
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: not sound by design: executes a permanently undefined instruction.
+    unsafe {
+        std::arch::asm!("udf #0", options(nostack));
+    }
+}
+
+#[inline(never)]
+fn trigger_sigfpe() {
+    say(&format!("FAULT_TID {}", gettid()));
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: not sound by design: integer division by zero raises #DE (SIGFPE, FPE_INTDIV).
+    unsafe {
+        std::arch::asm!(
+            "xor edx, edx",
+            "div {d:e}",
+            d = in(reg) black_box(0u32),
+            inout("eax") 1u32 => _,
+            out("edx") _,
+            options(nostack),
+        );
+    }
+    #[cfg(target_arch = "aarch64")]
+    // arm64 integer division by zero does not trap (it returns 0); send the signal instead.
+    // SAFETY: raise has no memory preconditions.
+    unsafe {
+        libc::raise(libc::SIGFPE);
+    }
+}
+
+#[inline(never)]
+fn trigger_abort() {
+    say(&format!("FAULT_TID {}", gettid()));
+    call_abort();
+}
+
+#[inline(never)]
+fn call_abort() {
+    // SAFETY: abort has no preconditions.
+    unsafe { libc::abort() };
+}
+
+#[inline(never)]
+fn trigger_panic() {
+    // `panic = "abort"` semantics for this binary only: run the default hook (prints the message), then abort,
+    // exactly what the panic_abort runtime does after the hook.
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        std::process::abort();
+    }));
+    say(&format!("FAULT_TID {}", gettid()));
+    panic!("deliberate panic from the crash client");
+}
+
+#[inline(never)]
+fn recurse(depth: u64) -> u64 {
+    let pad = black_box([depth; 32]);
+    if black_box(depth) == u64::MAX {
+        return pad[0];
+    }
+    recurse(depth + 1).wrapping_add(black_box(pad[1]))
+}
+
+#[inline(never)]
+fn trigger_stack_overflow() {
+    say(&format!("FAULT_TID {}", gettid()));
+    black_box(recurse(0));
+}
+
+#[inline(never)]
+fn thread_body_overflow() {
+    trigger_stack_overflow();
+}
+
+#[inline(never)]
+fn thread_body_crash() {
+    trigger_null_deref();
+}
+
+extern "C" fn pthread_entry(_arg: *mut libc::c_void) -> *mut libc::c_void {
+    thread_body_crash();
+    std::ptr::null_mut()
+}
+
+/// Spawns `n` threads that block until the process dies; returns when all are running (and announced).
+fn park_threads(n: usize) {
+    let barrier = Arc::new(Barrier::new(n + 1));
+    for i in 0..n {
+        let b = Arc::clone(&barrier);
+        std::thread::Builder::new()
+            .name(format!("idle-{i}"))
+            .spawn(move || {
+                say(&format!("THREAD {}", gettid()));
+                b.wait();
+                loop {
+                    std::thread::park();
+                }
+            })
+            .expect("spawn");
+    }
+    barrier.wait();
+}
+
+fn run_trigger(trigger: &str, dir: &std::path::Path) {
+    match trigger {
+        "null_deref" => trigger_null_deref(),
+        "ro_write" => trigger_ro_write(),
+        "sigbus" => trigger_sigbus(dir),
+        "sigill" => trigger_sigill(),
+        "sigfpe" => trigger_sigfpe(),
+        "abort" => trigger_abort(),
+        "panic" => trigger_panic(),
+        "stack_overflow_main" => trigger_stack_overflow(),
+        "stack_overflow_thread" => {
+            let h = std::thread::Builder::new()
+                .name("overflower".into())
+                .stack_size(256 * 1024)
+                .spawn(thread_body_overflow)
+                .expect("spawn");
+            let _ = h.join();
+        }
+        "thread_crash" => {
+            let h = std::thread::Builder::new().name("crasher".into()).spawn(thread_body_crash).expect("spawn");
+            let _ = h.join();
+        }
+        "pthread_crash" => {
+            let mut t: libc::pthread_t = 0;
+            // SAFETY: valid out-pointer, default attributes, an entry point with the right signature.
+            let r = unsafe { libc::pthread_create(&mut t, std::ptr::null(), pthread_entry, std::ptr::null_mut()) };
+            assert_eq!(r, 0);
+            // SAFETY: joining the thread created above.
+            unsafe { libc::pthread_join(t, std::ptr::null_mut()) };
+        }
+        "threads200" => {
+            park_threads(200);
+            trigger_null_deref();
+        }
+        "alloc_loop" => {
+            let started = Arc::new(Barrier::new(2));
+            let s = Arc::clone(&started);
+            std::thread::Builder::new()
+                .name("allocator".into())
+                .spawn(move || {
+                    say(&format!("THREAD {}", gettid()));
+                    s.wait();
+                    let mut keep: Vec<Vec<u8>> = Vec::new();
+                    loop {
+                        keep.push(vec![1u8; black_box(64)]);
+                        if keep.len() > 1000 {
+                            keep.clear();
+                        }
+                        black_box(&keep);
+                    }
+                })
+                .expect("spawn");
+            started.wait();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            trigger_null_deref();
+        }
+        "handler_fault" => {
+            handler::test_hooks::FAULT_IN_HANDLER.store(true, Ordering::Release);
+            trigger_null_deref();
+        }
+        "two_threads" => {
+            let go = Arc::new(Barrier::new(2));
+            let mut hs = Vec::new();
+            for i in 0..2 {
+                let g = Arc::clone(&go);
+                hs.push(
+                    std::thread::Builder::new()
+                        .name(format!("faulter-{i}"))
+                        .spawn(move || {
+                            say(&format!("THREAD {}", gettid()));
+                            g.wait();
+                            thread_body_crash();
+                        })
+                        .expect("spawn"),
+                );
+            }
+            for h in hs {
+                let _ = h.join();
+            }
+        }
+        other => {
+            eprintln!("unknown trigger {other}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() != 4 {
+        eprintln!("usage: crash-client <trigger> <report-dir> <alloc-count-file>");
+        std::process::exit(2);
+    }
+    let (trigger, dir, counts) = (&args[1], std::path::PathBuf::from(&args[2]), &args[3]);
+    let c = std::ffi::CString::new(counts.as_bytes()).expect("path");
+    // SAFETY: NUL-terminated path; the fd stays open for the life of the process.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC, 0o644) };
+    COUNT_FD.store(fd, Ordering::Release);
+    handler::test_hooks::set_crash_hook(Some(hook));
+    let mut config = handler::Config::new(&dir);
+    config.app_id = "crash-client".into();
+    if let Err(e) = handler::install(&config) {
+        eprintln!("install failed: {e}");
+        std::process::exit(3);
+    }
+    // A second install is refused and changes nothing.
+    assert_eq!(handler::install(&config), Err(handler::InstallError::AlreadyInstalled));
+    say(&format!("MAIN_TID {}", gettid()));
+    run_trigger(trigger, &dir);
+    say("NO_CRASH");
+    std::process::exit(4);
+}

@@ -1,0 +1,389 @@
+//! The crash matrix: one client process per trigger, each checked end to end (exit signal, exactly one intact
+//! report, crashed thread, exception, threads, symbolicated frames, the client image and its build id, and zero
+//! allocations after the fault).
+
+use crash_tests::{client_image, find_in_order, run, symbolicate, Run, Symbolizer};
+use report_format::model::Report;
+use std::path::Path;
+use std::time::Duration;
+
+const SIGILL: i32 = 4;
+const SIGABRT: i32 = 6;
+const SIGBUS: i32 = 7;
+const SIGFPE: i32 = 8;
+const SIGSEGV: i32 = 11;
+// si_code values: Linux include/uapi/asm-generic/siginfo.h.
+const SEGV_MAPERR: i32 = 1;
+const SEGV_ACCERR: i32 = 2;
+const BUS_ADRERR: i32 = 2;
+const ILL_ILLOPN: i32 = 2;
+const FPE_INTDIV: i32 = 1;
+const SI_TKILL: i32 = -6;
+
+/// Generous: the machine is small and shared; a hang still fails.
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn client() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_crash-client"))
+}
+
+/// What one trigger must produce.
+struct Expect {
+    trigger: &'static str,
+    exit_signal: &'static [i32],
+    signal: i32,
+    si_code: Option<i32>,
+    /// The fault address is the one the client printed (`FAULT_ADDR`), or the PC (`pc`), or absent.
+    addr: Addr,
+    /// Function names that must appear in order in the crashed thread's frames (innermost first).
+    frames: &'static [&'static str],
+    /// Whether threads other than the crash thread may allocate during the crash (a thread allocating in a loop
+    /// can be between allocations when the crash starts, before it is stopped).
+    others_allocate: bool,
+    /// A minimal report is expected (fault inside the handler).
+    minimal: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Addr {
+    Printed,
+    Pc,
+    None,
+    /// Present, value not checked (a stack overflow's guard-page address).
+    Any,
+}
+
+fn decode(run: &Run) -> Report {
+    assert_eq!(
+        run.reports.len(),
+        1,
+        "{}: exactly one report expected, got {:?}\n{}",
+        run.trigger,
+        run.reports,
+        run.stderr
+    );
+    assert!(run.leftovers.is_empty(), "{}: stray files {:?}", run.trigger, run.leftovers);
+    let bytes = std::fs::read(&run.reports[0]).expect("read report");
+    let d = report_format::decode(&bytes).expect("decodes");
+    assert!(d.is_intact(), "{}: report damaged: {:?}", run.trigger, d.problems);
+    d.report
+}
+
+fn check(e: &Expect) {
+    let base = tempfile::tempdir().expect("tempdir");
+    let run = run(client(), e.trigger, base.path(), LIMIT);
+    let ctx = format!("trigger {}: stdout:\n{}\nstderr:\n{}", e.trigger, run.stdout, run.stderr);
+    assert!(
+        e.exit_signal.contains(&run.signal.unwrap_or(0)),
+        "exit {:?}/{:?}, want {:?}; {ctx}",
+        run.signal,
+        run.code,
+        e.exit_signal
+    );
+    assert!(!run.stdout.contains("NO_CRASH"), "{ctx}");
+
+    // Zero allocations after the fault: the hook saw the crash start and end exactly once.
+    assert_eq!(run.count("starts"), Some(1), "crash hook start; {ctx}");
+    assert_eq!(run.count("ends"), Some(1), "crash hook end; {ctx}");
+    assert_eq!(run.count("crash_thread_allocs"), Some(0), "allocations by the crash thread; {ctx}");
+    if !e.others_allocate {
+        assert_eq!(run.count("all_allocs"), Some(0), "allocations by any thread; {ctx}");
+        assert_eq!(run.count("c_allocs"), Some(0), "malloc calls; {ctx}");
+    }
+
+    let r = decode(&run);
+    let meta = r.meta.as_ref().expect("meta");
+    assert_eq!(meta.minimal, e.minimal, "{ctx}");
+    assert_eq!(meta.os.name.as_deref(), Some("Linux"));
+    assert_eq!(meta.process.bundle_id.as_deref(), Some("crash-client"));
+    let exc = r.exception.as_ref().expect("exception");
+    assert_eq!(exc.signal, Some(e.signal), "{ctx}");
+    if let Some(code) = e.si_code {
+        assert_eq!(exc.si_code, Some(code), "{ctx}");
+    }
+
+    // The crashed thread is the one that faulted.
+    let fault_tid: u64 = run.out_value("FAULT_TID").expect("client printed its tid").parse().expect("tid");
+    let crashed = r.crashed_thread().expect("crashed thread");
+    assert!(crashed.crashed);
+    assert_eq!(run.count("handler_tid"), Some(fault_tid), "{ctx}");
+    if e.trigger != "two_threads" {
+        assert_eq!(crashed.id, Some(fault_tid), "{ctx}");
+    } else {
+        let faulters: Vec<u64> = run.out_values("THREAD").iter().map(|t| t.parse().expect("tid")).collect();
+        assert!(crashed.id.is_some_and(|id| faulters.contains(&id)), "{ctx}");
+    }
+    assert!(crashed.captured && !crashed.frames.is_empty(), "{ctx}");
+    let pc = crashed.register(if cfg!(target_arch = "aarch64") { "pc" } else { "rip" });
+    assert_eq!(pc, crashed.frames.first().copied(), "frame 0 is the pc");
+
+    match e.addr {
+        Addr::Printed => {
+            let want = u64::from_str_radix(run.out_value("FAULT_ADDR").expect("printed address"), 16).expect("hex");
+            assert_eq!(exc.fault_address, Some(want), "{ctx}");
+        }
+        Addr::Pc => assert_eq!(exc.fault_address, pc, "{ctx}"),
+        Addr::None => assert_eq!(exc.fault_address, None, "{ctx}"),
+        Addr::Any => assert!(exc.fault_address.is_some(), "{ctx}"),
+    }
+
+    // Every live thread the client made is in the report, captured with frames or not captured with a reason.
+    if !e.minimal {
+        assert_eq!(meta.thread_count, Some(r.threads.len() as u32));
+        for t in &r.threads {
+            if t.captured {
+                assert!(!t.frames.is_empty(), "thread {:?} captured without frames; {ctx}", t.id);
+                assert!(t.register_set.is_some());
+            } else {
+                assert!(t.not_captured_reason.as_deref().is_some_and(|s| !s.is_empty()), "{ctx}");
+            }
+        }
+        let main_tid: u64 = run.out_value("MAIN_TID").expect("main tid").parse().expect("tid");
+        let mut live: Vec<u64> = run.out_values("THREAD").iter().map(|t| t.parse().expect("tid")).collect();
+        live.push(main_tid);
+        for tid in live {
+            assert!(r.threads.iter().any(|t| t.id == Some(tid)), "thread {tid} missing; {ctx}");
+        }
+        if e.trigger == "threads200" {
+            assert!(r.threads.len() >= 201, "{}", r.threads.len());
+            let named = r.threads.iter().filter(|t| t.name.as_deref().is_some_and(|n| n.starts_with("idle-"))).count();
+            assert_eq!(named, 200, "thread names");
+        }
+    } else {
+        assert_eq!(r.threads.len(), 1);
+        assert!(meta.note.as_deref().is_some_and(|n| n.contains("faulted")));
+    }
+
+    // The client binary is in the image list with the build id read from the file itself.
+    let img = client_image(&r, client()).unwrap_or_else(|| panic!("client image missing: {:#?}", r.images));
+    let sym = &Symbolizer::new(client());
+    let file_id = sym.build_id.clone().expect("the client binary has a GNU build id");
+    assert_eq!(crash_tests::id_bytes(img), Some(&file_id[..]), "build id");
+
+    // Frames: the trigger function and its callers, in order.
+    if !e.frames.is_empty() {
+        let names = symbolicate(sym, img, crashed);
+        if let Err(msg) = find_in_order(&names, e.frames) {
+            panic!("{msg}\nraw frames: {:x?}\n{ctx}", crashed.frames);
+        }
+    }
+}
+
+macro_rules! crash_test {
+    ($name:ident, $e:expr) => {
+        #[test]
+        fn $name() {
+            check(&$e);
+        }
+    };
+}
+
+const MAIN_CALLERS: &[&str] = &["crash_client::run_trigger", "crash_client::main"];
+
+fn with_main(first: &'static [&'static str]) -> &'static [&'static str] {
+    Box::leak([first, MAIN_CALLERS].concat().into_boxed_slice())
+}
+
+crash_test!(
+    null_deref,
+    Expect {
+        trigger: "null_deref",
+        exit_signal: &[SIGSEGV],
+        signal: SIGSEGV,
+        si_code: Some(SEGV_MAPERR),
+        addr: Addr::Printed,
+        frames: with_main(&["crash_client::read_at", "crash_client::trigger_null_deref"]),
+        others_allocate: false,
+        minimal: false,
+    }
+);
+
+/// The defaults most triggers share: a SIGSEGV null read on the thread that prints FAULT_TID.
+const NULL_READ: Expect = Expect {
+    trigger: "",
+    exit_signal: &[SIGSEGV],
+    signal: SIGSEGV,
+    si_code: Some(SEGV_MAPERR),
+    addr: Addr::Printed,
+    frames: &[],
+    others_allocate: false,
+    minimal: false,
+};
+
+crash_test!(
+    ro_write,
+    Expect {
+        trigger: "ro_write",
+        si_code: Some(SEGV_ACCERR),
+        frames: with_main(&["crash_client::write_at", "crash_client::trigger_ro_write"]),
+        ..NULL_READ
+    }
+);
+
+crash_test!(
+    sigbus_past_end_of_file,
+    Expect {
+        trigger: "sigbus",
+        exit_signal: &[SIGBUS],
+        signal: SIGBUS,
+        si_code: Some(BUS_ADRERR),
+        frames: with_main(&["crash_client::read_at", "crash_client::trigger_sigbus"]),
+        ..NULL_READ
+    }
+);
+
+crash_test!(
+    sigill,
+    Expect {
+        trigger: "sigill",
+        exit_signal: &[SIGILL],
+        signal: SIGILL,
+        si_code: if cfg!(target_arch = "x86_64") { Some(ILL_ILLOPN) } else { None },
+        addr: Addr::Pc,
+        frames: with_main(&["crash_client::trigger_sigill"]),
+        ..NULL_READ
+    }
+);
+
+#[cfg(target_arch = "x86_64")]
+crash_test!(
+    sigfpe_integer_divide_by_zero,
+    Expect {
+        trigger: "sigfpe",
+        exit_signal: &[SIGFPE],
+        signal: SIGFPE,
+        si_code: Some(FPE_INTDIV),
+        addr: Addr::Pc,
+        frames: with_main(&["crash_client::trigger_sigfpe"]),
+        ..NULL_READ
+    }
+);
+
+// arm64 integer division by zero does not trap; the client raises SIGFPE instead.
+#[cfg(not(target_arch = "x86_64"))]
+crash_test!(
+    sigfpe_raised,
+    Expect {
+        trigger: "sigfpe",
+        exit_signal: &[SIGFPE],
+        signal: SIGFPE,
+        si_code: Some(SI_TKILL),
+        addr: Addr::None,
+        ..NULL_READ
+    }
+);
+
+crash_test!(
+    abort,
+    Expect {
+        trigger: "abort",
+        exit_signal: &[SIGABRT],
+        signal: SIGABRT,
+        si_code: Some(SI_TKILL),
+        addr: Addr::None,
+        frames: with_main(&["crash_client::trigger_abort"]),
+        ..NULL_READ
+    }
+);
+
+crash_test!(
+    rust_panic_with_abort,
+    Expect {
+        trigger: "panic",
+        exit_signal: &[SIGABRT],
+        signal: SIGABRT,
+        si_code: Some(SI_TKILL),
+        addr: Addr::None,
+        frames: with_main(&["crash_client::trigger_panic"]),
+        ..NULL_READ
+    }
+);
+
+// The previous SIGSEGV handler is Rust std's stack-overflow reporter: after our report it prints "has overflowed
+// its stack" and aborts, so the process may end with SIGABRT (chaining to earlier handlers is the design).
+crash_test!(
+    stack_overflow_main_thread,
+    Expect {
+        trigger: "stack_overflow_main",
+        exit_signal: &[SIGSEGV, SIGABRT],
+        si_code: None,
+        addr: Addr::Any,
+        frames: with_main(&["crash_client::recurse", "crash_client::trigger_stack_overflow"]),
+        ..NULL_READ
+    }
+);
+
+crash_test!(
+    stack_overflow_spawned_thread,
+    Expect {
+        trigger: "stack_overflow_thread",
+        exit_signal: &[SIGSEGV, SIGABRT],
+        si_code: None,
+        addr: Addr::Any,
+        frames: &[
+            "crash_client::recurse",
+            "crash_client::trigger_stack_overflow",
+            "crash_client::thread_body_overflow"
+        ],
+        ..NULL_READ
+    }
+);
+
+crash_test!(
+    spawned_rust_thread,
+    Expect {
+        trigger: "thread_crash",
+        frames: &["crash_client::read_at", "crash_client::trigger_null_deref", "crash_client::thread_body_crash"],
+        ..NULL_READ
+    }
+);
+
+crash_test!(
+    pthread_create_thread,
+    Expect {
+        trigger: "pthread_crash",
+        frames: &[
+            "crash_client::read_at",
+            "crash_client::trigger_null_deref",
+            "crash_client::thread_body_crash",
+            "crash_client::pthread_entry",
+        ],
+        ..NULL_READ
+    }
+);
+
+crash_test!(
+    two_hundred_live_threads,
+    Expect {
+        trigger: "threads200",
+        frames: with_main(&["crash_client::read_at", "crash_client::trigger_null_deref"]),
+        ..NULL_READ
+    }
+);
+
+crash_test!(
+    while_another_thread_allocates,
+    Expect {
+        trigger: "alloc_loop",
+        frames: with_main(&["crash_client::read_at", "crash_client::trigger_null_deref"]),
+        others_allocate: true,
+        ..NULL_READ
+    }
+);
+
+crash_test!(
+    fault_inside_the_handler_leaves_a_minimal_report,
+    Expect { trigger: "handler_fault", frames: &["crash_client::read_at"], minimal: true, ..NULL_READ }
+);
+
+// Both threads print (allocating) right before they fault, so one may still be allocating when the other's crash
+// starts; the crash thread itself must not allocate.
+crash_test!(
+    two_threads_fault_together,
+    Expect {
+        trigger: "two_threads",
+        others_allocate: true,
+        frames: &["crash_client::read_at", "crash_client::trigger_null_deref", "crash_client::thread_body_crash"],
+        ..NULL_READ
+    }
+);
