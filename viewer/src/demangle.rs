@@ -26,7 +26,18 @@ pub fn demangle(raw: &str) -> String {
         _ => DemangleOptions::name_only().parameters(true),
     };
     match name.demangle(opts) {
-        Some(d) if !d.is_empty() => d,
+        Some(d) if !d.is_empty() => {
+            // Swift's simplified form prints argument labels (`f(_:file:)`) but nothing for a function without
+            // arguments; Apple prints `f()`. The typed form tells whether the symbol is such a function.
+            if lang == Language::Swift && !d.ends_with(')') {
+                if let Some(typed) = name.demangle(DemangleOptions::name_only().parameters(true)) {
+                    if typed.ends_with("()") && typed.len() == d.len() + 2 {
+                        return typed;
+                    }
+                }
+            }
+            d
+        }
         _ => raw.to_string(),
     }
 }

@@ -307,18 +307,22 @@ fn symbol_table<'a>(obj: &object::File<'a>) -> Vec<(u64, u64, String)> {
                 continue;
             }
             let Some(idx) = s.section_index() else { continue };
-            let Some(&(_, sec_end)) = text_sections.get(&idx) else { continue };
+            let Some(&(sec_start, sec_end)) = text_sections.get(&idx) else { continue };
             let Ok(name) = s.name() else { continue };
             if name.is_empty() {
                 continue;
             }
-            let end = if s.size() > 0 { s.address().saturating_add(s.size()) } else { sec_end };
-            raw.push((
-                s.address(),
-                end.max(sec_end.min(s.address().saturating_add(1))),
-                name.to_string(),
-                s.is_global(),
-            ));
+            let addr = s.address();
+            // A symbol outside its section's bytes (Mach-O `__mh_execute_header` sits on the header, before
+            // `__text`) covers only its own address, so a stripped binary does not name every address after it.
+            let end = if s.size() > 0 {
+                addr.saturating_add(s.size())
+            } else if (sec_start..sec_end).contains(&addr) {
+                sec_end
+            } else {
+                addr.saturating_add(1)
+            };
+            raw.push((addr, end, name.to_string(), s.is_global()));
         }
     };
     push_from(&mut raw, &mut obj.symbols());
