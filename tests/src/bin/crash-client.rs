@@ -439,6 +439,21 @@ fn run_trigger(trigger: &str, dir: &std::path::Path) {
                 let _ = h.join();
             }
         }
+        "uninstall_then_segv" => {
+            // After uninstall the previous (Rust std) action is back: the fault kills the process with no report,
+            // and a fresh install works again.
+            handler::uninstall().expect("uninstall");
+            assert_eq!(handler::uninstall(), Err(handler::InstallError::NotInstalled));
+            handler::install(&handler::Config::new(dir)).expect("install again");
+            handler::uninstall().expect("uninstall again");
+            say("UNINSTALLED");
+            black_box(read_at(black_box(0)));
+        }
+        "refresh_images" => {
+            let n = handler::refresh_images().expect("refresh");
+            say(&format!("IMAGES {n}"));
+            std::process::exit(0);
+        }
         other => {
             eprintln!("unknown trigger {other}");
             std::process::exit(2);

@@ -90,7 +90,7 @@ unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, da
     let path = if name.is_empty() && ctx.first { ctx.exe_path } else { name };
     ctx.first = false;
     let load = bias.wrapping_add(lo);
-    let size = if text_end > lo { text_end - lo } else { 0 };
+    let size = text_end.saturating_sub(lo);
     ctx.list.push(path, load, size, bias as i64, build_id);
     0
 }
@@ -135,9 +135,9 @@ mod tests {
         snapshot(&mut list, b"/proc/self/exe");
         assert!(list.len() >= 2, "{}", list.len());
         assert_eq!(list.path(0), b"/proc/self/exe");
-        let here = snapshot_finds_this_test_binary_and_libc as usize as u64;
+        let here = snapshot_finds_this_test_binary_and_libc as *const () as usize as u64;
         assert_eq!(list.find(here), Some(0));
-        let libc_addr = libc::getpid as usize as u64;
+        let libc_addr = libc::getpid as *const () as usize as u64;
         let i = list.find(libc_addr).expect("libc image");
         assert!(String::from_utf8_lossy(list.path(i)).contains("libc"), "{:?}", String::from_utf8_lossy(list.path(i)));
         assert!(!list.build_id(i).is_empty(), "libc has a build id");
