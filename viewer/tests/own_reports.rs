@@ -1,0 +1,271 @@
+//! Our own reports: rendering (modern, legacy, JSON, Linux), damaged input and never-panic properties.
+
+use proptest::prelude::*;
+use report_format::model::{Exception, Image, ImageId, Message, Meta, Os, Process, Register, Report, ReportId, Thread};
+use viewer::{Format, Layout};
+
+fn regs(set: &str, values: &[(&str, u64)]) -> (Option<String>, Vec<Register>) {
+    (Some(set.to_string()), values.iter().map(|(n, v)| Register { name: n.to_string(), value: *v }).collect())
+}
+
+/// An iOS arm64 SIGSEGV report with two threads and two images.
+pub fn ios_report() -> Report {
+    let mut arm: Vec<(String, u64)> = (0..29).map(|i| (format!("x{i}"), i as u64)).collect();
+    arm.extend([
+        ("fp".to_string(), 0x16f6290b0),
+        ("lr".to_string(), 0x1007da4bc),
+        ("sp".to_string(), 0x16f629030),
+        ("pc".to_string(), 0x1007da1cc),
+        ("cpsr".to_string(), 0x60001000),
+        ("far".to_string(), 0x10),
+        ("esr".to_string(), 0x92000006),
+    ]);
+    let arm_refs: Vec<(&str, u64)> = arm.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+    let (set, registers) = regs("arm64", &arm_refs);
+    Report {
+        format_version: (1, 0),
+        meta: Some(Meta {
+            report_id: ReportId([
+                0x62, 0x51, 0x12, 0x5f, 9, 0x19, 0x48, 0x79, 0xb3, 0x6b, 0xf5, 0xf2, 0x1e, 0x69, 0x02, 0x2e,
+            ]),
+            capture_time_ns: Some(1_659_543_061_245_500_000),
+            handler_version: Some("0.1.0".into()),
+            arch: Some("arm64".into()),
+            hardware_model: Some("iPhone14,2".into()),
+            os: Os { name: Some("iPhone OS".into()), version: Some("15.5".into()), build: Some("19F77".into()) },
+            process: Process {
+                pid: Some(1730),
+                parent_pid: Some(1),
+                name: Some("iOSCrashingTest".into()),
+                path: Some("/private/var/containers/Bundle/Application/X/iOSCrashingTest.app/iOSCrashingTest".into()),
+                parent_name: Some("launchd".into()),
+                bundle_id: Some("jp.mahdi.iOSCrashingTest".into()),
+                short_version: Some("1.0".into()),
+                build_version: Some("1".into()),
+                launch_time_ns: Some(1_659_543_061_014_700_000),
+            },
+            thread_count: Some(2),
+            image_count: Some(2),
+            minimal: false,
+            note: None,
+        }),
+        exception: Some(Exception {
+            mach_type: Some(1),
+            mach_codes: vec![1, 0x10],
+            signal: Some(11),
+            si_code: Some(1),
+            fault_address: Some(0x10),
+            crashed_thread: Some(0),
+        }),
+        threads: vec![
+            Thread {
+                index: 0,
+                id: Some(207732),
+                queue: Some("com.apple.main-thread".into()),
+                crashed: true,
+                register_set: set,
+                registers,
+                frames: vec![0x1007da1cc, 0x1007da4bc, 0x1007da384, 0x1a8e9305c, 0x5],
+                ..Thread::default()
+            },
+            Thread {
+                index: 1,
+                id: Some(207748),
+                name: Some("worker".into()),
+                frames: vec![0x1a8e9305c],
+                ..Thread::default()
+            },
+        ],
+        images: vec![
+            Image {
+                index: 0,
+                name: "iOSCrashingTest".into(),
+                path: Some("/private/var/containers/Bundle/Application/X/iOSCrashingTest.app/iOSCrashingTest".into()),
+                load_address: 0x1007d4000,
+                size: 0x8000,
+                slide: Some(0x7d4000),
+                id: Some(ImageId::Uuid([
+                    0x82, 0xd1, 0x3d, 0x98, 0x21, 0x9e, 0x30, 0x40, 0xb6, 0x2a, 0x07, 0xa2, 0x97, 0x00, 0x7a, 0x7c,
+                ])),
+                arch: None,
+            },
+            Image {
+                index: 1,
+                name: "CoreFoundation".into(),
+                path: Some("/System/Library/Frameworks/CoreFoundation.framework/CoreFoundation".into()),
+                load_address: 0x1a8e88000,
+                size: 0x456000,
+                slide: None,
+                id: Some(ImageId::Uuid([0x51; 16])),
+                arch: Some("arm64e".into()),
+            },
+        ],
+        messages: vec![Message { source: Some("libswiftCore.dylib".into()), text: "Fatal error: boom".into() }],
+        user: Default::default(),
+    }
+}
+
+fn linux_report() -> Report {
+    let mut r = ios_report();
+    let m = r.meta.as_mut().unwrap();
+    m.os =
+        Os { name: Some("Linux".into()), version: Some("6.1.0-18-amd64".into()), build: Some("#1 SMP Debian".into()) };
+    m.arch = Some("x86_64".into());
+    m.hardware_model = None;
+    m.process.bundle_id = None;
+    r.exception = Some(Exception {
+        signal: Some(7),
+        si_code: Some(2),
+        fault_address: Some(0xdead),
+        crashed_thread: Some(0),
+        ..Exception::default()
+    });
+    let (set, registers) = regs(
+        "x86_64",
+        &[("rax", 1), ("rip", 0x1007da1cc), ("rflags", 0x10206), ("trapno", 14), ("err", 6), ("cr2", 0xdead)],
+    );
+    r.threads[0].register_set = set;
+    r.threads[0].registers = registers;
+    r.images[0].id = Some(ImageId::BuildId(vec![0xab, 0xcd, 0xef, 0x01, 0x23]));
+    r
+}
+
+fn render(report: &Report, layout: Layout, format: Format) -> String {
+    let bytes = report_format::owned::to_bytes(report).unwrap();
+    let mut loaded = viewer::load(&bytes).unwrap();
+    viewer::render_loaded(&mut loaded, layout, format, None)
+}
+
+#[test]
+fn modern_ios_rendering_snapshot() {
+    let text = render(&ios_report(), Layout::Modern, Format::Text);
+    // A couple of exact lines independent of the snapshot.
+    assert!(text.contains("\nException Type:  EXC_BAD_ACCESS (SIGSEGV)\nException Subtype: KERN_INVALID_ADDRESS at 0x0000000000000010\nException Codes: 0x0000000000000001, 0x0000000000000010\n"));
+    assert!(text.contains("Termination Reason: SIGNAL 11 Segmentation fault: 11\n"));
+    assert!(text.contains("   far: 0x0000000000000010  esr: 0x92000006 (Data Abort) byte read Translation fault\n"));
+    assert!(text.contains("0   iOSCrashingTest               \t       0x1007da1cc 0x1007d4000 + 25036\n"));
+    assert!(text.contains("4   ???                           \t               0x5 0x0 + 5\n"));
+    assert!(text.ends_with("\nEOF\n\n"));
+    insta::assert_snapshot!("ios_modern", text);
+}
+
+#[test]
+fn legacy_rendering_snapshot() {
+    let text = render(&ios_report(), Layout::Legacy, Format::Text);
+    assert!(text.contains("Version:             1 (1.0)\n"), "legacy prints CFBundleVersion first");
+    assert!(text.contains("\t0x00000001007da1cc 0x1007d4000 + 25036\n"));
+    assert!(text.contains("Termination Reason: Namespace SIGNAL, Code 0xb\n"));
+    insta::assert_snapshot!("ios_legacy", text);
+}
+
+#[test]
+fn linux_rendering_uses_linux_signal_numbers_and_build_ids() {
+    let text = render(&linux_report(), Layout::Modern, Format::Text);
+    assert!(text.contains("Exception Type:  SIGBUS (BUS_ADRERR)\n"), "{text}");
+    assert!(text.contains("Termination Reason: SIGNAL 7 Bus error: 7\n"));
+    assert!(text.contains("OS Version:          Linux 6.1.0-18-amd64 (#1 SMP Debian)\n"));
+    assert!(text.contains("Code Type:           X86-64 (Native)\n"));
+    assert!(text.contains("<abcdef0123>"));
+    assert!(text.contains("Error Code:      0x00000006 (no mapping for user data write)\nTrap Number:     14\n"));
+    insta::assert_snapshot!("linux_modern", text);
+}
+
+#[test]
+fn json_has_stable_keys() {
+    let json = render(&ios_report(), Layout::Modern, Format::Json);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["source"], "report");
+    assert_eq!(v["report"]["meta"]["process"]["name"], "iOSCrashingTest");
+    assert_eq!(v["crash_log"]["exception"]["exception_type"], "EXC_BAD_ACCESS (SIGSEGV)");
+    assert_eq!(v["problems"].as_array().unwrap().len(), 0);
+    insta::assert_snapshot!("ios_json", json);
+}
+
+#[test]
+fn truncated_report_renders_intact_parts_and_says_what_is_missing() {
+    let bytes = report_format::owned::to_bytes(&ios_report()).unwrap();
+    let full = viewer::render_bytes(&bytes).unwrap();
+    assert!(!full.contains("Report Damage"));
+    // Cut in the middle of the last section (the images): header and threads survive.
+    let cut = &bytes[..bytes.len() - 40];
+    let mut loaded = viewer::load(cut).unwrap();
+    assert!(!loaded.problems().is_empty());
+    let text = viewer::render_loaded(&mut loaded, Layout::Modern, Format::Text, None);
+    assert!(text.starts_with("\nReport Damage: this report is incomplete"), "{text}");
+    assert!(text.contains("truncated") || text.contains("no end marker"), "{text}");
+    assert!(text.contains("Process:             iOSCrashingTest [1730]"));
+    assert!(text.contains("Thread 0 Crashed:"));
+}
+
+#[test]
+fn corrupt_section_is_named_with_its_byte_offset() {
+    let mut bytes = report_format::owned::to_bytes(&ios_report()).unwrap();
+    // Flip a byte inside the first section's payload (after the file header and the section header).
+    let decoded = report_format::decode(&bytes).unwrap();
+    let first = decoded.sections[0];
+    let at = first.offset + 24;
+    bytes[at] ^= 0xff;
+    let mut loaded = viewer::load(&bytes).unwrap();
+    let text = viewer::render_loaded(&mut loaded, Layout::Modern, Format::Text, None);
+    let problems = loaded.problems().join("\n");
+    assert!(problems.contains(&format!("at byte {}", first.offset)), "{problems}");
+    assert!(text.contains(&problems.lines().next().unwrap().to_string()));
+    // Threads are in later sections and survive.
+    assert!(text.contains("Thread 1 name:  worker"), "{text}");
+}
+
+#[test]
+fn unknown_input_is_a_one_line_error() {
+    let e = viewer::load(b"GIF89a...").unwrap_err();
+    let msg = e.to_string();
+    assert!(!msg.contains('\n'));
+    assert!(msg.contains("expected a crash report") && msg.contains(".ips"), "{msg}");
+}
+
+fn all_renderings(bytes: &[u8]) {
+    if let Ok(mut l) = viewer::load(bytes) {
+        for layout in [Layout::Modern, Layout::Legacy] {
+            for format in [Format::Text, Format::Json] {
+                let _ = viewer::render_loaded(&mut l, layout, format, None);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        all_renderings(&bytes);
+        let mut with_magic = report_format::framing::MAGIC.to_vec();
+        with_magic.extend_from_slice(&bytes);
+        all_renderings(&with_magic);
+    }
+
+    #[test]
+    fn truncated_and_mangled_reports_never_panic(cut in 0usize..4096, flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..8)) {
+        let mut bytes = report_format::owned::to_bytes(&ios_report()).unwrap();
+        bytes.truncate(cut.min(bytes.len()));
+        all_renderings(&bytes);
+        let n = bytes.len();
+        if n > 0 {
+            for (i, x) in flips { bytes[i % n] ^= x; }
+        }
+        all_renderings(&bytes);
+    }
+
+    #[test]
+    fn truncated_and_mangled_ips_never_panic(which in 0usize..2, cut in 0usize..30000, flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..8)) {
+        let path = ["ios15-swift-assert", "macos12-single-target"][which];
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/third_party/macsymbolicator");
+        let mut bytes = std::fs::read(dir.join(path).join("report.ips")).unwrap();
+        bytes.truncate(cut.min(bytes.len()));
+        all_renderings(&bytes);
+        let n = bytes.len();
+        if n > 0 {
+            for (i, x) in flips { bytes[i % n] ^= x; }
+        }
+        all_renderings(&bytes);
+    }
+}
