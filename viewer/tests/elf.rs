@@ -1,0 +1,168 @@
+//! ELF symbolication with programs compiled at test time by gcc (always present): lookup by GNU build ID, DWARF
+//! lines with inlined functions, separate debug files in the `.build-id/xx/yyyy.debug` layout, the symbol table when
+//! there is no DWARF, and a debug file with the wrong build ID refused with a note.
+
+use object::{Object, ObjectSymbol};
+use report_format::model::{Exception, Image, ImageId, Meta, Os, Report, Thread};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use viewer::symbols::SymbolStore;
+use viewer::{Format, Layout};
+
+const SOURCE: &str = r#"
+static inline __attribute__((always_inline)) int inner(int x) {
+    return x * 3 + 1;
+}
+__attribute__((noinline)) int leaf(int x) {
+    return inner(x) + 2;
+}
+int main(int argc, char **argv) {
+    (void)argv;
+    return leaf(argc);
+}
+"#;
+
+const LOAD: u64 = 0x5555_5555_4000;
+
+fn gcc(dir: &Path, name: &str, source: &str, extra: &[&str]) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let out = dir.join(name);
+    let st = Command::new("gcc")
+        .args(["-g", "-O0", "-fPIE", "-pie", "-Wl,--build-id=sha1"])
+        .args(extra)
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("gcc runs");
+    assert!(st.success());
+    out
+}
+
+fn build_id(path: &Path) -> Vec<u8> {
+    let data = std::fs::read(path).unwrap();
+    let f = object::File::parse(&*data).unwrap();
+    f.build_id().unwrap().unwrap().to_vec()
+}
+
+fn symbol(path: &Path, name: &str) -> u64 {
+    let data = std::fs::read(path).unwrap();
+    let f = object::File::parse(&*data).unwrap();
+    f.symbols().find(|s| s.name() == Ok(name)).map(|s| s.address()).unwrap()
+}
+
+/// An address inside `leaf` where `inner` is inlined (found through the library itself, then checked).
+fn inlined_address(store: &mut SymbolStore, prog: &Path) -> u64 {
+    let file = store.load_path(prog, None, None).unwrap();
+    let leaf = symbol(prog, "leaf");
+    (leaf..leaf + 64).find(|&a| file.lookup(a, a).len() >= 2).expect("inner is inlined somewhere in leaf")
+}
+
+fn report(prog: &Path, id: Vec<u8>, frames: Vec<u64>) -> Vec<u8> {
+    let r = Report {
+        format_version: (1, 0),
+        meta: Some(Meta {
+            arch: Some("x86_64".into()),
+            os: Os { name: Some("Linux".into()), version: Some("6.1.0".into()), build: None },
+            ..Meta::default()
+        }),
+        exception: Some(Exception {
+            signal: Some(11),
+            si_code: Some(1),
+            fault_address: Some(0),
+            crashed_thread: Some(0),
+            ..Default::default()
+        }),
+        threads: vec![Thread { index: 0, crashed: true, frames, ..Thread::default() }],
+        images: vec![Image {
+            index: 0,
+            name: "prog".into(),
+            // Not a path on this machine: the debug file must be found by build ID.
+            path: Some(format!("/nonexistent{}", prog.display())),
+            load_address: LOAD,
+            size: 0x10000,
+            slide: Some(LOAD as i64),
+            id: Some(ImageId::BuildId(id)),
+            arch: None,
+        }],
+        ..Report::default()
+    };
+    report_format::owned::to_bytes(&r).unwrap()
+}
+
+fn render(bytes: &[u8], store: &mut SymbolStore) -> (String, Vec<String>) {
+    let mut loaded = viewer::load(bytes).unwrap();
+    let text = viewer::render_loaded(&mut loaded, Layout::Modern, Format::Text, Some(store));
+    (text, loaded.log().unwrap().symbol_notes.clone())
+}
+
+#[test]
+fn elf_with_dwarf_found_by_build_id_with_inlines() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = gcc(dir.path(), "prog", SOURCE, &[]);
+    let mut probe_store = SymbolStore::only(vec![]);
+    let inl = inlined_address(&mut probe_store, &prog);
+    let main = symbol(&prog, "main");
+    // Frame 0 inside the inlined code; frame 1 a return address one byte into main (looked up at main + 0).
+    let bytes = report(&prog, build_id(&prog), vec![LOAD + inl, LOAD + main + 1]);
+    let mut store = SymbolStore::only(vec![dir.path().to_path_buf()]);
+    let (text, notes) = render(&bytes, &mut store);
+    assert!(notes.is_empty(), "{notes:?}");
+    let frames: Vec<&str> = text.lines().filter(|l| l.contains("prog  ")).collect();
+    assert_eq!(frames.len(), 3, "{text}");
+    // SOURCE starts with a newline: `inner`'s return statement is line 3, `leaf`'s call of it line 6.
+    assert!(frames[0].contains(" inner + ") && frames[0].contains("(prog.c:3) [inlined]"), "{}", frames[0]);
+    // The caller line of an inlined frame is its call site.
+    assert!(frames[1].contains(" leaf + ") && frames[1].contains("(prog.c:6)"), "{}", frames[1]);
+    assert!(frames[2].starts_with("2   prog") && frames[2].contains(" main + 1 (prog.c:"), "{}", frames[2]);
+    assert!(text.contains(&format!("<{}>", build_id(&prog).iter().map(|b| format!("{b:02x}")).collect::<String>())));
+}
+
+#[test]
+fn separate_debug_file_in_build_id_layout_and_stripped_symbol_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = gcc(dir.path(), "prog", SOURCE, &[]);
+    let id = build_id(&prog);
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let main = symbol(&prog, "main");
+    let leaf = symbol(&prog, "leaf");
+
+    let debug_root = dir.path().join("debug");
+    let sub = debug_root.join(".build-id").join(&hex[..2]);
+    std::fs::create_dir_all(&sub).unwrap();
+    let debug_file = sub.join(format!("{}.debug", &hex[2..]));
+    let st = Command::new("objcopy").arg("--only-keep-debug").arg(&prog).arg(&debug_file).status().unwrap();
+    assert!(st.success());
+    let bytes = report(&prog, id.clone(), vec![LOAD + leaf, LOAD + main + 1]);
+    let mut store = SymbolStore::only(vec![debug_root]);
+    let (text, notes) = render(&bytes, &mut store);
+    assert!(notes.is_empty(), "{notes:?}");
+    assert!(text.contains(" leaf + 0 (prog.c:"), "{text}");
+
+    // No DWARF: the symbol table still names functions (offsets from the symbol, no file:line).
+    let nodwarf = dir.path().join("nodwarf");
+    std::fs::create_dir_all(&nodwarf).unwrap();
+    let st = Command::new("objcopy").arg("--strip-debug").arg(&prog).arg(nodwarf.join("prog")).status().unwrap();
+    assert!(st.success());
+    let mut store = SymbolStore::only(vec![nodwarf]);
+    let (text, _) = render(&bytes, &mut store);
+    assert!(text.contains(" leaf + 0\n"), "{text}");
+    assert!(text.contains(" main + 1\n"), "{text}");
+}
+
+#[test]
+fn wrong_build_id_is_refused_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = gcc(dir.path(), "prog", SOURCE, &[]);
+    let other_dir = dir.path().join("other");
+    std::fs::create_dir_all(&other_dir).unwrap();
+    let other = gcc(&other_dir, "prog", &format!("{SOURCE}\nint unused_extra(void) {{ return 42; }}\n"), &[]);
+    assert_ne!(build_id(&prog), build_id(&other));
+    let main = symbol(&prog, "main");
+    let bytes = report(&prog, build_id(&prog), vec![LOAD + main]);
+    let mut store = SymbolStore::only(vec![other_dir]);
+    let (text, notes) = render(&bytes, &mut store);
+    assert!(text.contains(&format!("{LOAD:#x} + {main}")), "unsymbolicated: {text}");
+    assert!(notes.iter().any(|n| n.contains("prog") && n.contains("not used")), "{notes:?}");
+}
