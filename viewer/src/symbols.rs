@@ -579,24 +579,21 @@ impl SymbolStore {
                 if !stem_match {
                     continue;
                 }
+                let arch_ok = q.arch.as_deref().map(|a| a == c.arch || a.starts_with(&c.arch)).unwrap_or(true);
                 match (&q.id, &c.id) {
-                    (Some(want), Some(got)) if want != got => {
-                        if q.arch.as_deref().map(|a| a == c.arch || a.starts_with(&c.arch)).unwrap_or(true) || !seen {
-                            self.notes.push(format!(
-                                "{label}: debug file {} ({}) has id {} but the report's image has {}; not used",
-                                c.object.path.display(),
-                                c.arch,
-                                got.to_hex(),
-                                want.to_hex()
-                            ));
-                            seen = true;
-                        }
+                    (Some(want), Some(got)) if want != got && (arch_ok || !seen) => {
+                        self.notes.push(format!(
+                            "{label}: debug file {} ({}) has id {} but the report's image has {}; not used",
+                            c.object.path.display(),
+                            c.arch,
+                            got.to_hex(),
+                            want.to_hex()
+                        ));
+                        seen = true;
                     }
-                    (None, _) => {
-                        if q.arch.as_deref().map(|a| a == c.arch).unwrap_or(true) {
-                            let c = c.clone();
-                            return self.load(&c);
-                        }
+                    (None, _) if q.arch.as_deref().map(|a| a == c.arch).unwrap_or(true) => {
+                        let c = c.clone();
+                        return self.load(&c);
                     }
                     _ => {}
                 }
