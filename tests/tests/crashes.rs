@@ -17,6 +17,7 @@ const SEGV_MAPERR: i32 = 1;
 const SEGV_ACCERR: i32 = 2;
 const BUS_ADRERR: i32 = 2;
 const ILL_ILLOPN: i32 = 2;
+#[cfg(target_arch = "x86_64")]
 const FPE_INTDIV: i32 = 1;
 const SI_TKILL: i32 = -6;
 
