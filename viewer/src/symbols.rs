@@ -338,7 +338,7 @@ fn symbol_table<'a>(obj: &object::File<'a>) -> Vec<(u64, u64, String)> {
     for i in 0..n {
         let (start, end, ref name, _) = raw[i];
         let next = raw.get(i + 1).map(|r| r.0).unwrap_or(u64::MAX);
-        let end = if end > start { end.min(next.max(start + 1)) } else { next };
+        let end = if end > start { end.min(next.max(start.saturating_add(1))) } else { next };
         out.push((start, end, name.clone()));
     }
     out

@@ -166,3 +166,34 @@ fn wrong_build_id_is_refused_with_a_note() {
     assert!(text.contains(&format!("{LOAD:#x} + {main}")), "unsymbolicated: {text}");
     assert!(notes.iter().any(|n| n.contains("prog") && n.contains("not used")), "{notes:?}");
 }
+
+#[test]
+fn image_found_at_its_own_path_when_it_exists_here() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = gcc(dir.path(), "prog", SOURCE, &[]);
+    let leaf = symbol(&prog, "leaf");
+    let r = Report {
+        format_version: (1, 0),
+        meta: Some(Meta { os: Os { name: Some("Linux".into()), ..Os::default() }, ..Meta::default() }),
+        threads: vec![Thread { index: 0, crashed: true, frames: vec![LOAD + leaf], ..Thread::default() }],
+        images: vec![Image {
+            index: 0,
+            name: "prog".into(),
+            path: Some(prog.display().to_string()),
+            load_address: LOAD,
+            size: 0x10000,
+            slide: None,
+            id: Some(ImageId::BuildId(build_id(&prog))),
+            arch: None,
+        }],
+        ..Report::default()
+    };
+    let bytes = report_format::owned::to_bytes(&r).unwrap();
+    // No search paths at all: the automatic lookup at the image's path finds it (ids match).
+    let (text, notes) = render(&bytes, &mut SymbolStore::new(vec![]));
+    assert!(notes.is_empty(), "{notes:?}");
+    assert!(text.contains(" leaf + 0 (prog.c:5)"), "{text}");
+    // `only` disables the automatic lookup.
+    let (text, _) = render(&bytes, &mut SymbolStore::only(vec![]));
+    assert!(!text.contains(" leaf + 0"), "{text}");
+}
