@@ -143,6 +143,8 @@ pub struct DebugFile {
     symbols: Vec<(u64, u64, String)>,
     /// DWARF, when present.
     dwarf: Option<Context<Reader>>,
+    /// Set when a DWARF lookup panicked inside a library (corrupt debug info); DWARF is not used again.
+    dwarf_broken: std::cell::Cell<bool>,
 }
 
 impl std::fmt::Debug for DebugFile {
@@ -182,6 +184,15 @@ impl DebugFile {
     /// # Errors
     /// [`LoadError::Io`] when the file cannot be read, [`LoadError::Parse`] when it is not a Mach-O/ELF object.
     pub fn load(identity: Identity) -> Result<DebugFile, LoadError> {
+        // The parsers are bounds-checked, but corrupt debug info has made library code overflow in debug builds;
+        // a panic in a third-party parser must not take the viewer down.
+        let path = identity.object.path.clone();
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Self::load_inner(identity))).unwrap_or_else(|_| {
+            Err(LoadError::Parse(format!("{}: the debug information is corrupt (parser failure)", path.display())))
+        })
+    }
+
+    fn load_inner(identity: Identity) -> Result<DebugFile, LoadError> {
         let data = fs::read(&identity.object.path).map_err(LoadError::Io)?;
         let bytes: &[u8] = match identity.object.slice {
             Some((off, size)) => usize::try_from(off)
@@ -200,7 +211,7 @@ impl DebugFile {
         };
         let symbols = symbol_table(&obj);
         let dwarf = if obj.section_by_name(".debug_info").is_some() { load_dwarf(&obj) } else { None };
-        Ok(DebugFile { identity, image_base, macho, symbols, dwarf })
+        Ok(DebugFile { identity, image_base, macho, symbols, dwarf, dwarf_broken: std::cell::Cell::new(false) })
     }
 
     /// Number of function symbols indexed.
@@ -217,6 +228,22 @@ impl DebugFile {
     /// address); offsets are computed from `address`. Returns the frames at that address, innermost (inlined)
     /// first and the out-of-line function last; empty when nothing covers it.
     pub fn lookup(&self, address: u64, probe: u64) -> Vec<SymbolInfo> {
+        let out = if self.dwarf_broken.get() {
+            Vec::new()
+        } else {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.dwarf_frames(address, probe))).unwrap_or_else(
+                |_| {
+                    self.dwarf_broken.set(true);
+                    Vec::new()
+                },
+            )
+        };
+        let sym = self.symbol_at(probe);
+        self.finish_lookup(out, address, sym)
+    }
+
+    /// The DWARF part of [`DebugFile::lookup`]: frames innermost first, names possibly empty.
+    fn dwarf_frames(&self, address: u64, probe: u64) -> Vec<SymbolInfo> {
         let mut out = Vec::new();
         if let Some(ctx) = &self.dwarf {
             if let Ok(mut frames) = ctx.find_frames(probe).skip_all_loads() {
@@ -236,7 +263,10 @@ impl DebugFile {
                 }
             }
         }
-        let sym = self.symbol_at(probe);
+        out
+    }
+
+    fn finish_lookup(&self, mut out: Vec<SymbolInfo>, address: u64, sym: Option<(u64, u64, &str)>) -> Vec<SymbolInfo> {
         if let Some(last) = out.last_mut() {
             // The out-of-line function: fill a missing name or start from the symbol table.
             if let Some((start, _, raw)) = sym {

@@ -79,3 +79,46 @@ fn dwarf_functions_and_inlinees_from_the_dsym() {
     assert_eq!(functions, 10);
     assert!(inlinees >= 2, "{inlinees}");
 }
+
+mod hostile_debug_files {
+    use proptest::prelude::*;
+    use viewer::symbols::{identify, DebugFile};
+
+    fn exercise(bytes: &[u8]) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, bytes).unwrap();
+        for ident in identify(&p) {
+            if let Ok(f) = DebugFile::load(ident) {
+                for a in [0u64, 0x1_0000_0d20, 0x1_0000_0d41, u64::MAX] {
+                    let _ = f.lookup(a, a.wrapping_sub(1));
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        #[test]
+        fn truncated_or_flipped_debug_files_never_panic(cut in 0usize..700_000, flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..16)) {
+            let mut bytes = std::fs::read(super::fixture("crash.dSYM/Contents/Resources/DWARF/crash")).unwrap();
+            bytes.truncate(cut.max(4).min(bytes.len()));
+            let n = bytes.len();
+            for (i, x) in flips {
+                // Keep the magic so the parsers are reached.
+                let i = 4 + i % (n - 4).max(1);
+                if i < n { bytes[i] ^= x; }
+            }
+            exercise(&bytes);
+        }
+
+        #[test]
+        fn random_bytes_behind_object_magics_never_panic(magic in 0usize..4, body in proptest::collection::vec(any::<u8>(), 0..4096)) {
+            let magics: [&[u8]; 4] = [b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe", b"\x7fELF", b"\xfe\xed\xfa\xcf"];
+            let mut bytes = magics[magic].to_vec();
+            bytes.extend_from_slice(&body);
+            exercise(&bytes);
+        }
+    }
+}
