@@ -49,6 +49,82 @@ enum Command {
         after_help = "Examples:\n  viewer atos -o MyApp.app.dSYM -l 0x1007d4000 0x1007da384\n  viewer atos --symbols build/ --uuid 82D13D98-219E-3040-B62A-07A297007A7C -l 0x1007d4000 0x1007da384\n  viewer atos -o ./myprog -l 0x0 0x1139"
     )]
     Atos(AtosArgs),
+    /// Run the collector: accept report uploads over HTTP and store each report once, by id.
+    #[command(
+        after_help = "Examples:\n  viewer serve                                  127.0.0.1:8787, store ./collected-reports\n  viewer serve --addr 127.0.0.1:0 --store /tmp/reports   any free port (printed)\n\nAnswers: 201 stored, 200 already stored, 400 not an intact report, 413 too large, 415 wrong content type."
+    )]
+    Serve(ServeArgs),
+    /// List the reports a collector store holds.
+    #[command(after_help = "Example:\n  viewer list ./collected-reports")]
+    List(ListArgs),
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// Address to listen on (port 0 picks a free one).
+    #[arg(long, default_value = viewer::collector::DEFAULT_ADDR)]
+    addr: String,
+    /// Directory the reports are stored in (created when missing).
+    #[arg(long, default_value = "collected-reports")]
+    store: PathBuf,
+    /// Largest accepted upload, in bytes.
+    #[arg(long, default_value_t = report_format::transport::MAX_UPLOAD_BYTES)]
+    max_body: u64,
+    /// Worker threads.
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+}
+
+#[derive(Args, Debug)]
+struct ListArgs {
+    /// Collector store directory.
+    #[arg(value_name = "STORE")]
+    store: PathBuf,
+}
+
+fn run_serve(a: ServeArgs) -> u8 {
+    let c = match viewer::collector::Collector::bind(&a.addr, &a.store) {
+        Ok(c) => c.max_body(a.max_body),
+        Err(e) => {
+            eprintln!("viewer serve: {e}");
+            return EXIT_INPUT;
+        }
+    };
+    let addr = c.local_addr().map(|a| a.to_string()).unwrap_or_else(|| a.addr.clone());
+    // The first line on stdout is the URL to upload to, so scripts can read it.
+    println!("http://{addr}/");
+    let _ = std::io::stdout().flush();
+    eprintln!("viewer serve: storing reports in {}", a.store.display());
+    c.serve(a.workers, |line| eprintln!("viewer serve: {line}"));
+    EXIT_OK
+}
+
+fn run_list(a: ListArgs) -> u8 {
+    let list = match viewer::collector::list(&a.store) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("viewer list: {}: {e}", a.store.display());
+            return EXIT_INPUT;
+        }
+    };
+    let mut out = String::new();
+    for r in &list {
+        let when = r.capture_time_ns.map(viewer::from_report::format_time).unwrap_or_else(|| "-".into());
+        out.push_str(&format!(
+            "{}  {}  {:<24} {:<10} {:>8} bytes\n",
+            r.id,
+            when,
+            r.process.as_deref().unwrap_or("?"),
+            r.exception.as_deref().unwrap_or("-"),
+            r.size
+        ));
+    }
+    out.push_str(&format!("{} report{}\n", list.len(), if list.len() == 1 { "" } else { "s" }));
+    if let Err(e) = write_out(None, &out) {
+        eprintln!("viewer list: {e}");
+        return EXIT_OUTPUT;
+    }
+    EXIT_OK
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -252,6 +328,8 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Some(Command::Render(a)) => run_render(a),
         Some(Command::Atos(a)) => run_atos(a),
+        Some(Command::Serve(a)) => run_serve(a),
+        Some(Command::List(a)) => run_list(a),
         None => run_render(cli.render),
     };
     ExitCode::from(code)

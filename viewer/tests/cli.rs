@@ -123,4 +123,6 @@ fn help_snapshots() {
     insta::assert_snapshot!("help", help);
     let out = bin().args(["atos", "--help"]).output().unwrap();
     insta::assert_snapshot!("atos_help", String::from_utf8(out.stdout).unwrap());
+    let out = bin().args(["serve", "--help"]).output().unwrap();
+    insta::assert_snapshot!("serve_help", String::from_utf8(out.stdout).unwrap());
 }
