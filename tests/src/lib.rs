@@ -62,7 +62,15 @@ pub fn run(client: &Path, trigger: &str, base: &Path, limit: Duration) -> Run {
     let counts = dir.join("alloc-counts");
     let out_path = dir.join("stdout");
     let err_path = dir.join("stderr");
-    let mut child = Command::new(client)
+    let mut cmd = match runner() {
+        Some(words) if !words.is_empty() => {
+            let mut c = Command::new(&words[0]);
+            c.args(&words[1..]).arg(client);
+            c
+        }
+        _ => Command::new(client),
+    };
+    let mut child = cmd
         .arg(trigger)
         .arg(&reports)
         .arg(&counts)
@@ -115,6 +123,20 @@ pub fn run(client: &Path, trigger: &str, base: &Path, limit: Duration) -> Run {
         counts,
         dir,
     }
+}
+
+/// The command that runs a target binary when the tests themselves run under an emulator: `CRASH_TESTS_RUNNER`,
+/// else (on aarch64) Cargo's `CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER` (toolchain.md §2, qemu-user), split
+/// on whitespace. A process under qemu-user cannot `exec` another guest binary by itself.
+pub fn runner() -> Option<Vec<String>> {
+    let var = std::env::var("CRASH_TESTS_RUNNER").ok().or_else(|| {
+        if cfg!(target_arch = "aarch64") {
+            std::env::var("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER").ok()
+        } else {
+            None
+        }
+    })?;
+    Some(var.split_whitespace().map(str::to_string).collect())
 }
 
 /// Symbolicates addresses of one ELF file with its own DWARF.
