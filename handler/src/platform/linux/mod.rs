@@ -201,6 +201,7 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
         repeats: RawBuf::new(leak_slice(REPEATS, Repeat::default())?),
         dirents: RawBuf::new(leak_slice(DIRENT_BYTES, 0u8)?),
         page: RawBuf::new(leak_slice(crash::memory::BLOCK, 0u8)?),
+        mem_pipe: if crash::memory::process_vm_readv_works() { None } else { memory_pipe() },
         crash_stack_top: (crash_base + crash_size) & !15,
         text: Text {
             os_release,
@@ -223,6 +224,13 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
             temp: None,
         }),
     })
+}
+
+fn memory_pipe() -> Option<(i32, i32)> {
+    let mut fds = [0i32; 2];
+    // SAFETY: valid out-array of two ints.
+    let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    (r == 0).then_some((fds[0], fds[1]))
 }
 
 /// Uninstalls the handler. See [`crate::uninstall`].

@@ -1,5 +1,10 @@
 //! The fault-proof memory reader: `process_vm_readv(2)` on the own pid (a bad address returns `EFAULT` instead of
 //! faulting), with a one-page cache so a stack walk costs one system call per 4 KiB of stack.
+//!
+//! Fallback: where `process_vm_readv` does not work on the own process (qemu-user does not emulate it; some
+//! seccomp sandboxes forbid it), install detects it with [`process_vm_readv_works`] and preopens a non-blocking
+//! pipe; the reader then copies memory by `write(2)`-ing it into the pipe (the kernel, or the emulator, checks
+//! the source and returns `EFAULT` instead of faulting) and reading it back.
 #![allow(unsafe_code)]
 
 use crate::unwind::MemoryReader;
@@ -15,18 +20,63 @@ pub struct ProcessVmReader<'a> {
     cache: &'a mut [u8],
     base: u64,
     valid: bool,
+    pipe: Option<(i32, i32)>,
+}
+
+/// Whether `process_vm_readv` can read this process's own memory (install time or crash time; signal-safe).
+pub fn process_vm_readv_works() -> bool {
+    let probe: u64 = 0x5a5a_a5a5_0123_4567;
+    let mut out = [0u8; 8];
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let r = ProcessVmReader::new(pid, &mut []);
+    r.read_direct(core::ptr::addr_of!(probe) as u64, &mut out) && u64::from_ne_bytes(out) == probe
 }
 
 impl<'a> ProcessVmReader<'a> {
     /// A reader for process `pid` using `cache` (at least [`BLOCK`] bytes for caching; smaller disables it).
     pub fn new(pid: i32, cache: &'a mut [u8]) -> Self {
-        ProcessVmReader { pid, cache, base: 0, valid: false }
+        ProcessVmReader { pid, cache, base: 0, valid: false, pipe: None }
+    }
+
+    /// Reads through the pipe `(read_fd, write_fd)` (both non-blocking) instead of `process_vm_readv`.
+    pub fn with_pipe(mut self, pipe: Option<(i32, i32)>) -> Self {
+        self.pipe = pipe;
+        self
+    }
+
+    fn read_pipe(&self, r: i32, w: i32, addr: u64, buf: &mut [u8]) -> bool {
+        for (k, chunk) in buf.chunks_mut(BLOCK).enumerate() {
+            let src = addr.wrapping_add((k * BLOCK) as u64) as usize as *const libc::c_void;
+            // SAFETY: the kernel reads `src` on our behalf and returns EFAULT for unmapped memory; `w` is our pipe.
+            let n = unsafe { libc::write(w, src, chunk.len()) };
+            if n <= 0 {
+                return false;
+            }
+            // SAFETY: `chunk` is valid for writes of its length; `r` is our non-blocking pipe.
+            let m = unsafe { libc::read(r, chunk.as_mut_ptr().cast(), n as usize) };
+            if n as usize != chunk.len() || m != n {
+                // Drain anything left so the pipe is empty for the next read (bounded).
+                let mut sink = [0u8; 64];
+                for _ in 0..(BLOCK / 64 + 1) {
+                    // SAFETY: as above.
+                    if unsafe { libc::read(r, sink.as_mut_ptr().cast(), sink.len()) } <= 0 {
+                        break;
+                    }
+                }
+                return false;
+            }
+        }
+        true
     }
 
     /// Reads exactly `buf.len()` bytes at `addr` without the cache.
     pub fn read_direct(&self, addr: u64, buf: &mut [u8]) -> bool {
         if buf.is_empty() {
             return true;
+        }
+        if let Some((r, w)) = self.pipe {
+            return self.read_pipe(r, w, addr, buf);
         }
         let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
         let remote = libc::iovec { iov_base: addr as usize as *mut libc::c_void, iov_len: buf.len() };
@@ -48,12 +98,13 @@ impl MemoryReader for ProcessVmReader<'_> {
         }
         if !self.valid || self.base != base {
             self.valid = false;
-            let Some(c) = self.cache.get_mut(..BLOCK) else { return false };
-            let local = libc::iovec { iov_base: c.as_mut_ptr().cast(), iov_len: BLOCK };
-            let remote = libc::iovec { iov_base: base as usize as *mut libc::c_void, iov_len: BLOCK };
-            // SAFETY: as in `read_direct`; `c` is BLOCK bytes valid for writes.
-            let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
-            if n < 0 || n as usize != BLOCK {
+            let cache = core::mem::take(&mut self.cache);
+            let ok = match cache.get_mut(..BLOCK) {
+                Some(c) => self.read_direct(base, c),
+                None => false,
+            };
+            self.cache = cache;
+            if !ok {
                 return self.read_direct(addr, buf);
             }
             self.base = base;
@@ -80,7 +131,8 @@ mod tests {
         let mut cache = vec![0u8; BLOCK];
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
-        let mut r = ProcessVmReader::new(pid, &mut cache);
+        let pipe = if process_vm_readv_works() { None } else { Some(pipe()) };
+        let mut r = ProcessVmReader::new(pid, &mut cache).with_pipe(pipe);
         for i in [0usize, 1, 511, 512, 1000, 2047] {
             let addr = data.as_ptr() as u64 + 8 * i as u64;
             assert_eq!(r.read_u64(addr), Some(i as u64 * 3));
@@ -94,5 +146,29 @@ mod tests {
         assert_eq!(r.read_u64(0), None);
         assert_eq!(r.read_u64(8), None);
         assert_eq!(r.read_u64(u64::MAX - 3), None);
+    }
+
+    fn pipe() -> (i32, i32) {
+        let mut fds = [0i32; 2];
+        // SAFETY: valid out-array of two ints.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) }, 0);
+        (fds[0], fds[1])
+    }
+
+    #[test]
+    fn the_pipe_fallback_reads_and_refuses_bad_addresses() {
+        let data: Vec<u64> = (0..2048u64).map(|i| i ^ 0xabcd).collect();
+        let mut cache = vec![0u8; BLOCK];
+        // SAFETY: getpid has no preconditions.
+        let mut r = ProcessVmReader::new(unsafe { libc::getpid() }, &mut cache).with_pipe(Some(pipe()));
+        for i in [0usize, 7, 600, 2047] {
+            assert_eq!(r.read_u64(data.as_ptr() as u64 + 8 * i as u64), Some(i as u64 ^ 0xabcd));
+        }
+        assert_eq!(r.read_u64(8), None);
+        // After a refused read the pipe is empty again and reads still work.
+        assert_eq!(r.read_u64(data.as_ptr() as u64 + 8), Some(1 ^ 0xabcd));
+        let mut big = vec![0u8; 3 * BLOCK];
+        assert!(r.read_direct(data.as_ptr() as u64, &mut big[..2 * BLOCK]));
+        assert_eq!(&big[..8], &(0xabcdu64).to_ne_bytes());
     }
 }

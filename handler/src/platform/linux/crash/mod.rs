@@ -126,6 +126,8 @@ pub struct State {
     pub dirents: RawBuf<u8>,
     /// Page cache of the memory reader.
     pub page: RawBuf<u8>,
+    /// A non-blocking pipe `(read, write)` for the memory reader when `process_vm_readv` does not work here.
+    pub mem_pipe: Option<(i32, i32)>,
     /// 16-aligned top of the crash stack.
     pub crash_stack_top: usize,
     /// META text.
@@ -464,7 +466,7 @@ extern "C" fn owner_main(arg: *mut c_void) {
         // SAFETY: owner-only buffers, distinct allocations.
         let (write_buf, scratch, frames, repeats, page) =
             unsafe { (st.write_buf.get(), st.scratch.get(), st.frames.get(), st.repeats.get(), st.page.get()) };
-        let mut mem = memory::ProcessVmReader::new(pid, page);
+        let mut mem = memory::ProcessVmReader::new(pid, page).with_pipe(st.mem_pipe);
         let mut bufs = WorkBuffers { scratch, frames, repeats };
         let sink = FdSink::new(fd, write_buf);
         let flushed =
