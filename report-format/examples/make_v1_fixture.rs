@@ -1,4 +1,4 @@
-//! Writes the format-version-1.0 compatibility fixture, `report-format/tests/data/report-v1.0.crp`.
+//! Writes the format-version-1.0 compatibility fixture, `report-format/tests/data/report-v1.0.crashreport`.
 //!
 //! Run from the workspace root: `cargo run -p report-format --example make_v1_fixture`.
 //!
@@ -12,7 +12,7 @@ use report_format::encode::{
 use report_format::regs::{index_of, ARM64, ARM64_NAMES};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let out_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report-v1.0.crp");
+    let out_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report-v1.0.crashreport");
     let mut scratch = vec![0u8; 64 << 10];
     let mut enc = Encoder::begin(Vec::new(), &mut scratch).map_err(|e| format!("{e:?}"))?;
     let run = |r: Result<(), report_format::encode::EncodeError>| r.map_err(|e| format!("{e:?}"));

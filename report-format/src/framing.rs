@@ -11,6 +11,9 @@
 /// end-of-file translation.
 pub const MAGIC: [u8; 8] = *b"\x89CRP\r\n\x1a\n";
 
+/// File-name suffix of a finished report: `<32 lowercase hex digits of the report id>.crashreport`.
+pub const FILE_SUFFIX: &str = ".crashreport";
+
 /// Major format version this crate writes and the newest it reads. A reader refuses a newer major version.
 pub const FORMAT_MAJOR: u16 = 1;
 /// Minor format version this crate writes. A reader accepts any minor version of its major version.

@@ -5,7 +5,7 @@ use report_format::model::ImageId;
 use report_format::{decode, Decoded};
 
 fn v1() -> Decoded {
-    let bytes = include_bytes!("data/report-v1.0.crp");
+    let bytes = include_bytes!("data/report-v1.0.crashreport");
     decode(bytes).expect("format 1.0 decodes")
 }
 

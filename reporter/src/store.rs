@@ -5,11 +5,11 @@
 //!
 //! ```text
 //! <root>/
-//!   pending/      reports waiting for upload, <name>.crp, written by the handler (temporary name, fsync, rename)
-//!   uploading/    reports claimed by a running process: <name>.crp@<pid>, moved here by an atomic rename
-//!   damaged/      set aside, never uploaded, never deleted: <name>.crp plus <name>.crp.why (the reason, text)
+//!   pending/      reports waiting for upload, <name>.crashreport, written by the handler (temporary name, fsync, rename)
+//!   uploading/    reports claimed by a running process: <name>.crashreport@<pid>, moved here by an atomic rename
+//!   damaged/      set aside, never uploaded, never deleted: <name>.crashreport plus <name>.crashreport.why (the reason, text)
 //!   expired/      older than the maximum age and never delivered: kept, with a .why file
-//!   retry/        backoff state per pending report: <name>.crp.json
+//!   retry/        backoff state per pending report: <name>.crashreport.json
 //!   dropped.log   one line per report dropped because more than the pending limit were waiting
 //! ```
 //!
@@ -18,7 +18,7 @@
 //! that is older than [`STALE_CLAIM`], is moved back to `pending/` at the next launch: a crash during an upload
 //! loses nothing.
 //!
-//! Temporary files the handler leaves when it dies mid-write (anything in `pending/` not ending in `.crp`, older
+//! Temporary files the handler leaves when it dies mid-write (anything in `pending/` not ending in `.crashreport`, older
 //! than [`TORN_AFTER`]) are torn reports: they are set aside as damaged, not deleted.
 
 use report_format::Decoded;
@@ -30,8 +30,8 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// File extension of a finished report.
-pub const REPORT_EXT: &str = "crp";
+/// File-name suffix of a finished report (the handler's naming, `report_format::framing::FILE_SUFFIX`).
+pub const REPORT_SUFFIX: &str = report_format::framing::FILE_SUFFIX;
 /// A claim older than this is taken back even if its process id is alive (that id may have been reused).
 pub const STALE_CLAIM: Duration = Duration::from_secs(10 * 60);
 /// A temporary file in `pending/` older than this is a torn write, not one in progress.
@@ -40,7 +40,7 @@ pub const TORN_AFTER: Duration = Duration::from_secs(60);
 /// A report waiting in `pending/`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingReport {
-    /// File name, `<name>.crp`.
+    /// File name, `<name>.crashreport`.
     pub name: String,
     /// Full path.
     pub path: PathBuf,
@@ -153,7 +153,7 @@ impl Store {
         let mut v: Vec<String> = fs::read_dir(self.root.join(sub))?
             .filter_map(|e| e.ok())
             .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| n.ends_with(&format!(".{REPORT_EXT}")))
+            .filter(|n| n.ends_with(&REPORT_SUFFIX))
             .collect();
         v.sort();
         Ok(v)
@@ -168,7 +168,7 @@ impl Store {
         for e in fs::read_dir(self.pending_dir())? {
             let e = e?;
             let Ok(name) = e.file_name().into_string() else { continue };
-            if !name.ends_with(&format!(".{REPORT_EXT}")) || name.starts_with('.') {
+            if !name.ends_with(&REPORT_SUFFIX) || name.starts_with('.') {
                 continue;
             }
             let Ok(md) = e.metadata() else { continue };
@@ -229,12 +229,12 @@ impl Store {
         for e in fs::read_dir(self.pending_dir())? {
             let e = e?;
             let Ok(name) = e.file_name().into_string() else { continue };
-            if name.ends_with(&format!(".{REPORT_EXT}")) && !name.starts_with('.') {
+            if name.ends_with(&REPORT_SUFFIX) && !name.starts_with('.') {
                 continue;
             }
             let old = e.metadata().and_then(|m| m.modified()).ok().and_then(|m| m.elapsed().ok());
             if old.is_some_and(|a| a > TORN_AFTER) {
-                let dst = format!("torn-{}.{REPORT_EXT}", name.trim_start_matches('.'));
+                let dst = format!("torn-{}{REPORT_SUFFIX}", name.trim_start_matches('.'));
                 self.move_aside(&e.path(), "damaged", &dst, "torn write: the handler did not finish this report")?;
                 n += 1;
             }
@@ -371,7 +371,7 @@ mod tests {
             let mode = fs::metadata(s.root().join(d)).expect("dir").permissions().mode() & 0o777;
             assert_eq!(mode, 0o700, "{d}");
         }
-        let r = report(&s, "a.crp");
+        let r = report(&s, "a.crashreport");
         let c = s.claim(&r).expect("claim").expect("first claim wins");
         assert!(s.claim(&r).expect("claim").is_none(), "second claim of the same report loses");
         assert!(s.pending().expect("list").is_empty());
@@ -384,18 +384,18 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = Store::open(dir.path()).expect("open");
         // A pid that cannot exist (above the kernel's pid_max limit).
-        fs::write(s.root().join("uploading/x.crp@4194305"), b"x").expect("write");
-        fs::write(s.root().join(format!("uploading/y.crp@{}", std::process::id())), b"y").expect("write");
+        fs::write(s.root().join("uploading/x.crashreport@4194305"), b"x").expect("write");
+        fs::write(s.root().join(format!("uploading/y.crashreport@{}", std::process::id())), b"y").expect("write");
         assert_eq!(s.recover_stale_claims().expect("recover"), 1);
-        assert!(s.pending_dir().join("x.crp").exists());
-        assert!(s.root().join(format!("uploading/y.crp@{}", std::process::id())).exists(), "own claim kept");
+        assert!(s.pending_dir().join("x.crashreport").exists());
+        assert!(s.root().join(format!("uploading/y.crashreport@{}", std::process::id())).exists(), "own claim kept");
     }
 
     #[test]
     fn limit_drops_oldest_and_records_it() {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = Store::open(dir.path()).expect("open");
-        for (i, n) in ["old.crp", "mid.crp", "new.crp"].iter().enumerate() {
+        for (i, n) in ["old.crashreport", "mid.crashreport", "new.crashreport"].iter().enumerate() {
             report(&s, n);
             let t = SystemTime::now() - Duration::from_secs(100 - i as u64 * 10);
             fs::File::options()
@@ -405,11 +405,11 @@ mod tests {
                 .set_modified(t)
                 .expect("mtime");
         }
-        assert_eq!(s.enforce_limit(2).expect("limit"), vec!["old.crp".to_string()]);
+        assert_eq!(s.enforce_limit(2).expect("limit"), vec!["old.crashreport".to_string()]);
         let names: Vec<String> = s.pending().expect("list").into_iter().map(|p| p.name).collect();
-        assert_eq!(names, vec!["new.crp", "mid.crp"]);
+        assert_eq!(names, vec!["new.crashreport", "mid.crashreport"]);
         let log = fs::read_to_string(s.root().join("dropped.log")).expect("log");
-        assert!(log.contains("dropped old.crp") && log.contains("more than 2 reports pending"), "{log}");
+        assert!(log.contains("dropped old.crashreport") && log.contains("more than 2 reports pending"), "{log}");
     }
 
     #[test]
@@ -426,8 +426,8 @@ mod tests {
             .set_modified(SystemTime::now() - Duration::from_secs(3600))
             .expect("mtime");
         assert_eq!(s.sweep_torn().expect("sweep"), 1);
-        assert_eq!(s.list("damaged").expect("list"), vec!["torn-abc.tmp.crp".to_string()]);
-        let why = fs::read_to_string(s.root().join("damaged/torn-abc.tmp.crp.why")).expect("why");
+        assert_eq!(s.list("damaged").expect("list"), vec!["torn-abc.tmp.crashreport".to_string()]);
+        let why = fs::read_to_string(s.root().join("damaged/torn-abc.tmp.crashreport.why")).expect("why");
         assert!(why.contains("torn write"));
         assert!(s.pending_dir().join(".fresh.tmp").exists(), "a write in progress is left alone");
     }
@@ -436,11 +436,14 @@ mod tests {
     fn retry_state_persists_with_private_mode() {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = Store::open(dir.path()).expect("open");
-        assert_eq!(s.retry_state("a.crp"), RetryState::default());
+        assert_eq!(s.retry_state("a.crashreport"), RetryState::default());
         let st = RetryState { attempts: 3, next_attempt_ms: 42, last_error: "HTTP 503".into() };
-        s.set_retry_state("a.crp", &st).expect("write");
-        assert_eq!(Store::open(dir.path()).expect("reopen").retry_state("a.crp"), st);
+        s.set_retry_state("a.crashreport", &st).expect("write");
+        assert_eq!(Store::open(dir.path()).expect("reopen").retry_state("a.crashreport"), st);
         #[cfg(unix)]
-        assert_eq!(fs::metadata(s.root().join("retry/a.crp.json")).expect("f").permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            fs::metadata(s.root().join("retry/a.crashreport.json")).expect("f").permissions().mode() & 0o777,
+            0o600
+        );
     }
 }

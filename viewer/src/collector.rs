@@ -1,11 +1,12 @@
 //! The collector behind `viewer serve`: receives uploads from `reporter` over HTTP, checks them and stores each
 //! report once, by id. Protocol: `report-format/SCHEMA.md` §7.
 //!
-//! Storage: `<store>/<REPORT-ID>.crp`, written to a temporary name and then hard-linked into place, so two
+//! Storage: `<store>/<REPORT-ID>.crashreport`, written to a temporary name and then hard-linked into place, so two
 //! uploads of the same id at once store it once (the second link fails with "exists" and is answered `200`).
 //! Plain HTTP, meant for loopback and for tests; put a TLS-terminating proxy in front for anything else.
 
 use crate::names::{signal_name, SignalOs};
+use report_format::framing::FILE_SUFFIX;
 use report_format::transport::{CONTENT_TYPE, MAX_UPLOAD_BYTES, REPORT_ID_HEADER};
 use std::fs;
 use std::io::{self, Read, Write};
@@ -163,9 +164,9 @@ impl Collector {
         }
     }
 
-    /// Stores `bytes` as `<id>.crp` unless present. `Ok(true)` when this call stored it.
+    /// Stores `bytes` as `<id>.crashreport` unless present. `Ok(true)` when this call stored it.
     fn store_once(&self, id: &str, bytes: &[u8]) -> io::Result<bool> {
-        let dst = self.store.join(format!("{id}.crp"));
+        let dst = self.store.join(format!("{id}{FILE_SUFFIX}"));
         if dst.exists() {
             return Ok(false);
         }
@@ -203,7 +204,7 @@ pub fn list(store: &Path) -> io::Result<Vec<StoredReport>> {
     for e in fs::read_dir(store)? {
         let e = e?;
         let path = e.path();
-        let Some(id) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".crp")) else {
+        let Some(id) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(FILE_SUFFIX)) else {
             continue;
         };
         if id.starts_with('.') {

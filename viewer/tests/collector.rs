@@ -130,7 +130,7 @@ fn concurrent_uploads_store_each_report_exactly_once() {
 #[test]
 fn viewer_list_prints_the_store() {
     let dir = tempfile::tempdir().expect("tmp");
-    std::fs::write(dir.path().join("01010101-0101-0101-0101-010101010101.crp"), report(1)).expect("write");
+    std::fs::write(dir.path().join("01010101-0101-0101-0101-010101010101.crashreport"), report(1)).expect("write");
     let out =
         std::process::Command::new(env!("CARGO_BIN_EXE_viewer")).arg("list").arg(dir.path()).output().expect("runs");
     assert!(out.status.success());

@@ -9,11 +9,12 @@
 use crate::arch::MAX_REGS;
 use crate::crash::images::ImageList;
 use crate::crash::threads::{ThreadTable, CAPTURED};
+use crate::crash::user_table::{self, Snapshot};
 use crate::unwind::{self, MemoryReader, Repeat, WalkOptions};
-use report_format::encode::{EncodeError, Encoder, Exception, Image, Meta, Sink, SinkError, Thread};
+use report_format::encode::{EncodeError, Encoder, Exception, Image, KeyValue, Meta, Sink, SinkError, Thread};
 
 /// Suffix of a finished report file name (`<32 hex digits of the report id>.crashreport`).
-pub const REPORT_SUFFIX: &[u8] = b".crashreport";
+pub const REPORT_SUFFIX: &[u8] = report_format::framing::FILE_SUFFIX.as_bytes();
 /// Prefix of a report still being written (`.<id>.tmp`); readers skip names starting with a dot.
 pub const TEMP_PREFIX: &[u8] = b".";
 /// Suffix of a report still being written.
@@ -251,7 +252,14 @@ pub fn write_report<S: Sink, M: MemoryReader>(
     let mut enc = Encoder::begin(sink, bufs.scratch)?;
     enc.meta(&meta)?;
     enc.exception(&exc)?;
-    for (i, slot) in threads.iter().enumerate() {
+    let mut user = Snapshot::new();
+    user.take();
+    let mut kv = [KeyValue::default(); user_table::SLOTS];
+    enc.user(user.pairs(&mut kv))?;
+    // The crashed thread first (SCHEMA.md §3): a write torn by a second fault keeps what matters most.
+    let order = crashed.into_iter().chain((0..threads.len()).filter(|i| Some(*i) != crashed));
+    for i in order {
+        let Some(slot) = threads.get(i) else { continue };
         let mut regs_buf = [None; MAX_REGS];
         let mut t = Thread { index: i as u32, id: Some(slot.tid()), captured: false, ..Thread::default() };
         let mut n_frames = 0usize;
