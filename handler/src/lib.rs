@@ -21,6 +21,7 @@ pub mod install;
 pub mod macho;
 pub mod platform;
 pub mod unwind;
+pub mod user_values;
 
 pub use config::Config;
 pub use install::{install, is_installed, refresh_images, uninstall, InstallError};

@@ -32,6 +32,7 @@ pub fn set_crash_hook(hook: Option<CrashHook>) {
 }
 
 /// Calls the hook, if one is set. Signal-safe.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the Darwin backend will call it too
 pub(crate) fn call(event: CrashEvent, tid: u64) {
     let h = HOOK.load(Ordering::Acquire);
     if h != 0 {
@@ -44,6 +45,7 @@ pub(crate) fn call(event: CrashEvent, tid: u64) {
 }
 
 /// Whether the test switch asks for a fault inside the handler.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn fault_requested() -> bool {
     FAULT_IN_HANDLER.load(Ordering::Acquire)
 }

@@ -15,4 +15,5 @@ pub mod hooks;
 pub mod images;
 pub mod reentrancy;
 pub mod threads;
+pub mod user_table;
 pub mod writer;
