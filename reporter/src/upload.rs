@@ -96,9 +96,13 @@ pub fn classify(status: u16) -> Outcome {
     }
 }
 
-/// An HTTP agent for the policy: rustls for HTTPS, statuses returned rather than turned into errors.
+/// An HTTP agent for the policy: HTTPS through rustls (the platform's TLS on Apple platforms), statuses returned
+/// rather than turned into errors.
 pub fn agent(policy: &UploadPolicy) -> ureq::Agent {
-    ureq::Agent::config_builder().timeout_global(Some(policy.timeout)).http_status_as_error(false).build().into()
+    let b = ureq::Agent::config_builder().timeout_global(Some(policy.timeout)).http_status_as_error(false);
+    #[cfg(target_vendor = "apple")]
+    let b = b.tls_config(ureq::tls::TlsConfig::builder().provider(ureq::tls::TlsProvider::NativeTls).build());
+    b.build().into()
 }
 
 /// Uploads every pending report once (respecting backoff), stopping before `deadline` when one is given.
