@@ -12,11 +12,9 @@
 # Environment:
 #   APPLE_TARGET_DIR   cargo target dir for these builds (default: <repo>/target/apple, kept apart from the host
 #                      build because it is built by a different compiler with -Zbuild-std)
-#   CHECK_APPLE_EXCLUDE  space-separated workspace packages left out (default: "viewer"; set to "" to check all).
-#                      Why viewer: it is the engineer-side CLI, never linked into an app, and its dependency
-#                      symbolic-demangle (features swift/cpp) compiles C++ in a build script; on Apple targets cc-rs
-#                      asks `xcrun` for the Apple SDK, which does not exist on Linux, so the build script fails before
-#                      clippy sees any Rust. Drop the default once viewer gates those features to non-Apple targets.
+#   CHECK_APPLE_EXCLUDE  space-separated workspace packages left out (default: none). Crates whose dependencies build
+#                      C or C++ with cc-rs cannot be checked here (cc-rs asks `xcrun` for the Apple SDK); such
+#                      features are gated to non-Apple targets instead (viewer's Swift demangler, reporter's TLS).
 # The first run per target builds std (~45 s, ~220 MB each); later runs take seconds.
 set -euo pipefail
 
@@ -48,10 +46,10 @@ else
 fi
 
 exclude_args=()
-for p in ${CHECK_APPLE_EXCLUDE-viewer}; do
+for p in ${CHECK_APPLE_EXCLUDE-}; do
   exclude_args+=(--exclude "$p")
 done
-[ "${#exclude_args[@]}" -gt 0 ] && echo "check-apple: not checked: ${CHECK_APPLE_EXCLUDE-viewer}"
+[ "${#exclude_args[@]}" -gt 0 ] && echo "check-apple: not checked: ${CHECK_APPLE_EXCLUDE-}"
 
 cd "$repo"
 status=0
