@@ -207,13 +207,15 @@ pub fn symbolicate(sym: &Symbolizer, image: &Image, thread: &Thread) -> Vec<Vec<
         .collect()
 }
 
-/// Whether `wanted` occur, in order, as suffixes of function names in `frames` (innermost first). Returns the
+/// Whether `wanted` occur, in order, as the last path components of function names in `frames` (innermost
+/// first; `"run_trigger"` matches `crash_client::linux::run_trigger`). Returns the
 /// frame index where each was found.
 pub fn find_in_order(frames: &[Vec<String>], wanted: &[&str]) -> Result<Vec<usize>, String> {
     let mut at = 0usize;
     let mut found = Vec::new();
     for w in wanted {
-        let hit = (at..frames.len()).find(|&i| frames[i].iter().any(|n| n.ends_with(w)));
+        let suffix = format!("::{w}");
+        let hit = (at..frames.len()).find(|&i| frames[i].iter().any(|n| n == w || n.ends_with(&suffix)));
         match hit {
             Some(i) => {
                 found.push(i);
