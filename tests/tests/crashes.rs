@@ -331,45 +331,28 @@ crash_test!(
         exit_signal: &[SIGSEGV, SIGABRT],
         si_code: None,
         addr: Addr::Any,
-        frames: &[
-            "recurse",
-            "trigger_stack_overflow",
-            "thread_body_overflow"
-        ],
+        frames: &["recurse", "trigger_stack_overflow", "thread_body_overflow"],
         ..NULL_READ
     }
 );
 
 crash_test!(
     spawned_rust_thread,
-    Expect {
-        trigger: "thread_crash",
-        frames: &["read_at", "trigger_null_deref", "thread_body_crash"],
-        ..NULL_READ
-    }
+    Expect { trigger: "thread_crash", frames: &["read_at", "trigger_null_deref", "thread_body_crash"], ..NULL_READ }
 );
 
 crash_test!(
     pthread_create_thread,
     Expect {
         trigger: "pthread_crash",
-        frames: &[
-            "read_at",
-            "trigger_null_deref",
-            "thread_body_crash",
-            "pthread_entry",
-        ],
+        frames: &["read_at", "trigger_null_deref", "thread_body_crash", "pthread_entry",],
         ..NULL_READ
     }
 );
 
 crash_test!(
     two_hundred_live_threads,
-    Expect {
-        trigger: "threads200",
-        frames: with_main(&["read_at", "trigger_null_deref"]),
-        ..NULL_READ
-    }
+    Expect { trigger: "threads200", frames: with_main(&["read_at", "trigger_null_deref"]), ..NULL_READ }
 );
 
 crash_test!(
