@@ -1,4 +1,4 @@
-//! The crash client: installs the handler, then crashes with one trigger per process.
+//! The crash client (Linux): installs the handler, then crashes with one trigger per process.
 //!
 //! Usage: `crash-client <trigger> <report-dir> <alloc-count-file>`.
 //!
@@ -461,7 +461,7 @@ fn run_trigger(trigger: &str, dir: &std::path::Path) {
     }
 }
 
-fn main() {
+pub fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 4 {
         eprintln!("usage: crash-client <trigger> <report-dir> <alloc-count-file>");
