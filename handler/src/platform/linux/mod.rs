@@ -16,6 +16,7 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::Ordering;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
 use std::sync::Mutex;
 
 /// Bytes of one section's scratch buffer.
@@ -112,7 +113,12 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         return Err(InstallError::InvalidConfig("stop_signal is not a real-time signal"));
     }
 
-    std::fs::create_dir_all(&config.report_dir).map_err(|e| InstallError::ReportDir(e.to_string()))?;
+    // Reports hold memory contents of the app: the directory is private (0700), report files are 0600.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&config.report_dir)
+        .map_err(|e| InstallError::ReportDir(e.to_string()))?;
     let dir = CString::new(config.report_dir.as_os_str().as_bytes())
         .map_err(|_| InstallError::InvalidConfig("report_dir contains a NUL byte"))?;
     // SAFETY: `dir` is NUL-terminated.
