@@ -1,6 +1,6 @@
 //! Upload behaviour over real HTTP on loopback: collector down at first (report kept, sent next launch),
-//! 500 then 201, a damaged file in the report directory, two processes (here: two stores on one directory, each
-//! uploading concurrently) never sending a report twice, and the whole loop with a real crash (the demo example).
+//! 500 then 201, a damaged file in the report directory, two uploaders (threads, and real processes) on one
+//! directory never sending a report twice, and the whole loop with a real crash (the demo example).
 
 use report_format::model::{Meta, Report, ReportId};
 use reporter::store::Store;
@@ -189,6 +189,58 @@ fn two_uploaders_on_one_directory_send_each_report_once() {
     assert_eq!(got, dedup, "a report was sent twice");
     assert_eq!(got.len(), names.len());
     assert_eq!(sums.iter().map(|s| s.delivered.len()).sum::<usize>(), names.len());
+    assert!(store.pending().expect("list").is_empty());
+}
+
+/// Not a test of its own: the entry point of the child processes of `two_processes_...` below (it does nothing
+/// unless `CHILD_UPLOAD_DIR` is set).
+#[test]
+fn child_uploader_entry_point() {
+    let (Ok(dir), Ok(url)) = (std::env::var("CHILD_UPLOAD_DIR"), std::env::var("CHILD_UPLOAD_URL")) else { return };
+    let s = upload_pending(&Store::open(dir).expect("open"), &policy(&url), None).expect("pass");
+    println!("CHILD_DELIVERED {}", s.delivered.len());
+}
+
+#[test]
+fn two_processes_on_one_directory_send_each_report_once() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = Store::open(dir.path()).expect("open");
+    let n = 40usize;
+    for i in 0..n {
+        put_report(&store, 100 + i as u8);
+    }
+    let srv = Scripted::start(vec![201]);
+    let exe = std::env::current_exe().expect("exe");
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args(["child_uploader_entry_point", "--exact", "--nocapture", "--test-threads=1"])
+                .env("CHILD_UPLOAD_DIR", dir.path())
+                .env("CHILD_UPLOAD_URL", &srv.url)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    let delivered: usize = children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().expect("wait");
+            assert!(out.status.success());
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.lines()
+                .find_map(|l| l.split("CHILD_DELIVERED ").nth(1).and_then(|n| n.trim().parse::<usize>().ok()))
+                .unwrap_or_else(|| panic!("no count from child: {text}"))
+        })
+        .collect::<Vec<_>>()
+        .iter()
+        .sum();
+    let mut got = srv.received.lock().expect("lock").clone();
+    got.sort();
+    let before = got.len();
+    got.dedup();
+    assert_eq!(before, got.len(), "a report was sent twice");
+    assert_eq!((got.len(), delivered), (n, n));
     assert!(store.pending().expect("list").is_empty());
 }
 
