@@ -2,7 +2,7 @@
 //! crashed thread's frames against the client binary's own debug info (`addr2line`), with the build id read from
 //! the file itself (`object`).
 
-use object::{Object, ObjectSection};
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use report_format::model::{Image, ImageId, Report, Thread};
 use std::borrow::Cow;
 use std::os::unix::process::ExitStatusExt;
@@ -142,6 +142,8 @@ pub fn runner() -> Option<Vec<String>> {
 /// Symbolicates addresses of one ELF file with its own DWARF.
 pub struct Symbolizer {
     ctx: addr2line::Context<gimli::EndianRcSlice<gimli::RunTimeEndian>>,
+    /// Function symbols of the ELF symbol table: (address, size, name), for code without DWARF (assembly).
+    symbols: Vec<(u64, u64, String)>,
     /// GNU build id read from the file.
     pub build_id: Option<Vec<u8>>,
 }
@@ -163,10 +165,16 @@ impl Symbolizer {
         let dwarf = gimli::Dwarf::load(load).expect("load dwarf");
         let ctx = addr2line::Context::from_dwarf(dwarf).expect("dwarf context");
         let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
-        Symbolizer { ctx, build_id }
+        let symbols = file
+            .symbols()
+            .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
+            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+            .collect();
+        Symbolizer { ctx, symbols, build_id }
     }
 
-    /// Function names (innermost inlined first, then the containing function) at a link-time address.
+    /// Function names (innermost inlined first, then the containing function) at a link-time address, from DWARF;
+    /// where DWARF knows no function there (hand-written assembly), the ELF symbol containing the address.
     pub fn names(&self, probe: u64) -> Vec<String> {
         let mut out = Vec::new();
         if let Ok(mut frames) = self.ctx.find_frames(probe).skip_all_loads() {
@@ -177,6 +185,11 @@ impl Symbolizer {
                     }
                 }
             }
+        }
+        if out.is_empty() {
+            out.extend(
+                self.symbols.iter().filter(|(a, n, _)| probe >= *a && probe - a < *n).map(|(_, _, name)| name.clone()),
+            );
         }
         out
     }

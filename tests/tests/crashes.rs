@@ -9,6 +9,8 @@ use std::path::Path;
 use std::time::Duration;
 
 const SIGILL: i32 = 4;
+#[cfg(target_arch = "aarch64")]
+const SIGTRAP: i32 = 5;
 const SIGABRT: i32 = 6;
 const SIGBUS: i32 = 7;
 const SIGFPE: i32 = 8;
@@ -21,6 +23,8 @@ const ILL_ILLOPN: i32 = 2;
 #[cfg(target_arch = "x86_64")]
 const FPE_INTDIV: i32 = 1;
 const SI_TKILL: i32 = -6;
+#[cfg(target_arch = "aarch64")]
+const TRAP_BRKPT: i32 = 1;
 
 /// Generous: the machine is small and shared; a hang still fails.
 const LIMIT: Duration = Duration::from_secs(120);
@@ -39,6 +43,9 @@ struct Expect {
     addr: Addr,
     /// Function names that must appear in order in the crashed thread's frames (innermost first).
     frames: &'static [&'static str],
+    /// Function names that must each appear in exactly one frame of the crashed thread (arm64: the caller of the
+    /// crashing function is found once, whether it is in LR only or also in a frame record).
+    once: &'static [&'static str],
     /// Whether threads other than the crash thread may allocate during the crash (a thread allocating in a loop
     /// can be between allocations when the crash starts, before it is stopped).
     others_allocate: bool,
@@ -127,6 +134,8 @@ fn check(e: &Expect) {
     assert!(crashed.captured && !crashed.frames.is_empty(), "{ctx}");
     let pc = crashed.register(if cfg!(target_arch = "aarch64") { "pc" } else { "rip" });
     assert_eq!(pc, crashed.frames.first().copied(), "frame 0 is the pc");
+    #[cfg(target_arch = "aarch64")]
+    check_arm64_registers(crashed, &ctx);
 
     match e.addr {
         Addr::Printed => {
@@ -177,7 +186,24 @@ fn check(e: &Expect) {
         if let Err(msg) = find_in_order(&names, e.frames) {
             panic!("{msg}\nraw frames: {:x?}\n{ctx}", crashed.frames);
         }
+        for w in e.once {
+            let n = names.iter().filter(|f| find_in_order(std::slice::from_ref(*f), &[w]).is_ok()).count();
+            assert_eq!(n, 1, "`{w}` must appear in exactly one frame: {names:#?}\nraw frames: {:x?}", crashed.frames);
+        }
     }
+}
+
+/// The full arm64 register set of the crashed thread: x0-x28, fp, lr, sp, pc, cpsr and the fault address register.
+#[cfg(target_arch = "aarch64")]
+fn check_arm64_registers(t: &report_format::model::Thread, ctx: &str) {
+    assert_eq!(t.register_set.as_deref(), Some("arm64"), "{ctx}");
+    let names = (0..=28).map(|i| format!("x{i}")).chain(["fp", "lr", "sp", "pc", "cpsr", "far"].map(String::from));
+    for name in names {
+        assert!(t.register(&name).is_some(), "register {name} missing from the crashed thread: {:?}", t.registers);
+    }
+    assert_eq!(t.register("sp").map(|sp| sp % 16), Some(0), "sp is 16-byte aligned at a fault");
+    // fp holds a frame record address on the stack (the walk starts there): above sp.
+    assert!(t.register("fp") >= t.register("sp"), "fp below sp: {:?}", t.registers);
 }
 
 macro_rules! crash_test {
@@ -204,6 +230,8 @@ crash_test!(
         si_code: Some(SEGV_MAPERR),
         addr: Addr::Printed,
         frames: with_main(&["read_at", "trigger_null_deref"]),
+        // read_at has a frame record: on arm64 LR equals its saved return address and must not add a frame.
+        once: &["trigger_null_deref"],
         others_allocate: false,
         minimal: false,
     }
@@ -217,6 +245,7 @@ const NULL_READ: Expect = Expect {
     si_code: Some(SEGV_MAPERR),
     addr: Addr::Printed,
     frames: &[],
+    once: &[],
     others_allocate: false,
     minimal: false,
 };
@@ -378,6 +407,36 @@ crash_test!(
         trigger: "two_threads",
         others_allocate: true,
         frames: &["read_at", "trigger_null_deref", "thread_body_crash"],
+        ..NULL_READ
+    }
+);
+
+// arm64: `brk #1` (what Rust's `intrinsics::abort` and Swift's traps compile to) is a SIGTRAP with TRAP_BRKPT at
+// the brk instruction; the handler re-sends SIGTRAP after the report.
+#[cfg(target_arch = "aarch64")]
+crash_test!(
+    brk_is_sigtrap,
+    Expect {
+        trigger: "brk",
+        exit_signal: &[SIGTRAP],
+        signal: SIGTRAP,
+        si_code: Some(TRAP_BRKPT),
+        addr: Addr::Pc,
+        frames: with_main(&["trigger_brk"]),
+        once: &["trigger_brk"],
+        ..NULL_READ
+    }
+);
+
+// arm64: a crash in a leaf with no frame record (hand-written assembly). Its caller is only in LR: it must appear
+// once, as frame 1, not be lost (no LR) or doubled.
+#[cfg(target_arch = "aarch64")]
+crash_test!(
+    leaf_function_without_frame_record,
+    Expect {
+        trigger: "leaf",
+        frames: with_main(&["crash_client_leaf_load", "trigger_leaf"]),
+        once: &["crash_client_leaf_load", "trigger_leaf", "run_trigger"],
         ..NULL_READ
     }
 );

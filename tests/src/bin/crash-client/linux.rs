@@ -262,6 +262,46 @@ fn trigger_sigill() {
     }
 }
 
+/// `brk #1`: the trap Rust's `core::intrinsics::abort` and Swift's runtime failures use on arm64 (SIGTRAP).
+#[cfg(target_arch = "aarch64")]
+#[inline(never)]
+fn trigger_brk() {
+    say(&format!("FAULT_TID {}", gettid()));
+    // SAFETY: not sound by design: a breakpoint trap.
+    unsafe {
+        std::arch::asm!("brk #1", options(nostack));
+    }
+}
+
+// A true leaf: no prologue, so no frame record; at the fault its caller is only in LR (x30) and x29 still points at
+// the caller's record. (A Rust function would get a frame record: the build forces frame pointers everywhere.)
+#[cfg(target_arch = "aarch64")]
+std::arch::global_asm!(
+    ".text",
+    ".globl crash_client_leaf_load",
+    ".type crash_client_leaf_load, %function",
+    ".p2align 2",
+    "crash_client_leaf_load:",
+    "    ldr x0, [x0]",
+    "    ret",
+    ".size crash_client_leaf_load, . - crash_client_leaf_load",
+);
+
+#[cfg(target_arch = "aarch64")]
+extern "C" {
+    fn crash_client_leaf_load(addr: usize) -> u64;
+}
+
+/// Calls the frameless leaf `crash_client_leaf_load`, which faults reading address 0.
+#[cfg(target_arch = "aarch64")]
+#[inline(never)]
+fn trigger_leaf() {
+    say(&format!("FAULT_TID {}", gettid()));
+    say("FAULT_ADDR 0");
+    // SAFETY: not sound by design: the leaf loads from address 0 to fault.
+    black_box(unsafe { crash_client_leaf_load(black_box(0)) });
+}
+
 #[inline(never)]
 fn trigger_sigfpe() {
     say(&format!("FAULT_TID {}", gettid()));
@@ -366,6 +406,10 @@ fn run_trigger(trigger: &str, dir: &std::path::Path) {
         "sigbus" => trigger_sigbus(dir),
         "sigill" => trigger_sigill(),
         "sigfpe" => trigger_sigfpe(),
+        #[cfg(target_arch = "aarch64")]
+        "brk" => trigger_brk(),
+        #[cfg(target_arch = "aarch64")]
+        "leaf" => trigger_leaf(),
         "abort" => trigger_abort(),
         "panic" => trigger_panic(),
         "stack_overflow_main" => trigger_stack_overflow(),
