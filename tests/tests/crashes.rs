@@ -29,8 +29,13 @@ const TRAP_BRKPT: i32 = 1;
 /// Generous: the machine is small and shared; a hang still fails.
 const LIMIT: Duration = Duration::from_secs(120);
 
+/// The crash client: `CRASH_TESTS_CLIENT` when set (scripts/test-arm64.sh's pointer-authentication pass points it
+/// at a client built with `-Zbranch-protection=pac-ret`), else the one Cargo built with this test.
 fn client() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_crash-client"))
+    static CLIENT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    CLIENT.get_or_init(|| {
+        std::env::var_os("CRASH_TESTS_CLIENT").map_or_else(|| env!("CARGO_BIN_EXE_crash-client").into(), Into::into)
+    })
 }
 
 /// What one trigger must produce.

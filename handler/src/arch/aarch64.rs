@@ -177,4 +177,36 @@ mod tests {
         assert_eq!(strip_pac(0x8e2a_0001_0000_4000, 39), 0x0000_0001_0000_4000 & ((1 << 39) - 1));
         assert_eq!(strip_pac(0x1234, 0), 0x1234);
     }
+
+    /// Signed return addresses captured live, with the address the CPU itself strips them to.
+    ///
+    /// Source: `tests/tests/pac.rs` (crash-tests) built by `scripts/test-arm64.sh`'s pac pass
+    /// (`-C force-frame-pointers=yes -Zbranch-protection=pac-ret`, Debian rustc 1.96, aarch64-unknown-linux-gnu) and
+    /// run under qemu-aarch64 7.2 with `--nocapture`. The probe reads the saved x30 from two frame records on its own
+    /// stack and strips it with the `xpaclri` instruction: the `PAC_SAMPLE raw=… xpaclri=…` lines. The stripped
+    /// values were checked against the binary with `aarch64-linux-gnu-addr2line` (qemu-user loads the PIE at
+    /// 0x55_0000_0000): 0x2b28c is right after `bl innermost` in `pac::middle`, 0x2b1c8 is in `pac::outer`. The PAC
+    /// bits differ per process (random keys) and per qemu algorithm, the stripped address does not.
+    const CAPTURED: [(u64, u64); 4] = [
+        // qemu's default CPU (`max`, QARMA5 PACs).
+        (0x003e_0055_0002_b28c, 0x0000_0055_0002_b28c),
+        (0x004f_0055_0002_b1c8, 0x0000_0055_0002_b1c8),
+        // `-cpu max,pauth-impdef=on` (what the script uses for pac-ret code).
+        (0x0023_0055_0002_b28c, 0x0000_0055_0002_b28c),
+        (0x002a_0055_0002_b1c8, 0x0000_0055_0002_b1c8),
+    ];
+
+    #[test]
+    fn pac_ret_values_captured_under_qemu_strip_to_the_cpus_answer() {
+        for (signed, want) in CAPTURED {
+            assert_ne!(signed, want, "the sample is really signed");
+            assert_eq!(strip_pac(signed, LINUX_USER_VA_BITS), want, "{signed:#x}");
+            // Idempotent: stripping an already stripped address changes nothing.
+            assert_eq!(strip_pac(want, LINUX_USER_VA_BITS), want);
+            // iOS's fixed 36-bit mask would cut the Linux address: the VA size matters.
+            assert_ne!(strip_pac(signed, 36), want);
+            // Keeping the PAC byte (a mask that is too wide) leaves the signature in.
+            assert_ne!(strip_pac(signed, 56), want);
+        }
+    }
 }

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# arm64 for real: builds `report-format`, `handler` and `crash-tests` for aarch64-unknown-linux-gnu with Debian's
+# toolchain and runs their tests under qemu-user (../shared/docs/toolchain.md §2), in two passes:
+#   1. plain (frame pointers forced): `cargo test -p report-format -p handler -p crash-tests`;
+#   2. pointer authentication: the crash client (std and handler included) built with
+#      `-Zbranch-protection=pac-ret`, so every saved return address in a frame record is signed; the crash matrix
+#      (`crash-tests --test crashes`) runs against it, and the PAC probe (`crash-tests --test pac`, built the same
+#      way) insists the return addresses really are signed and strip like the CPU's `xpaclri`.
+#
+# Needs (this script installs nothing; .ci/run installs them):
+#   apt-get install -y --no-install-recommends rustc-web cargo-web rust-web-src gcc-aarch64-linux-gnu \
+#     libc6-dev-arm64-cross qemu-user
+# Never `rustup target add`: std is built from rust-web-src with -Zbuild-std.
+#
+# Usage: scripts/test-arm64.sh
+# Environment:
+#   ARM64_TARGET_DIR      target dir of pass 1 (default <repo>/target/arm64)
+#   ARM64_PAC_TARGET_DIR  target dir of pass 2 (default <repo>/target/arm64-pac)
+#   ARM64_PASSES          "plain pac" (default), or one of them
+# Exits non-zero when anything fails. First run: ~1-2 min of building per pass (std included); later runs: seconds
+# of building plus the tests under emulation.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+plain_dir="${ARM64_TARGET_DIR:-$repo/target/arm64}"
+pac_dir="${ARM64_PAC_TARGET_DIR:-$repo/target/arm64-pac}"
+passes="${ARM64_PASSES:-plain pac}"
+target=aarch64-unknown-linux-gnu
+
+# Debian's compiler (ships the std source), not rustup's proxies in ~/.cargo/bin.
+export PATH="/usr/bin:$PATH"
+export RUSTC=/usr/bin/rustc
+# -Zbuild-std and -Zbranch-protection are unstable; allowed for these cross-target runs only.
+export RUSTC_BOOTSTRAP=1
+unset RUSTC_WRAPPER RUSTFLAGS CARGO_BUILD_RUSTFLAGS CARGO_ENCODED_RUSTFLAGS CARGO_TARGET_DIR CRASH_TESTS_RUNNER
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+# LD_LIBRARY_PATH pinned to the cross glibc: mixing it with a multiarch arm64 glibc makes test binaries hang.
+runner="qemu-aarch64 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib"
+export CARGO_TERM_PROGRESS_WHEN=never
+
+for tool in /usr/bin/cargo /usr/bin/rustc aarch64-linux-gnu-gcc qemu-aarch64; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "test-arm64: $tool missing; install rustc-web cargo-web rust-web-src gcc-aarch64-linux-gnu" \
+         "libc6-dev-arm64-cross qemu-user" >&2
+    exit 2
+  fi
+done
+for path in /usr/lib/rustlib/src/rust/library /usr/aarch64-linux-gnu/lib; do
+  if [ ! -d "$path" ]; then
+    echo "test-arm64: $path missing; install rust-web-src and libc6-dev-arm64-cross" >&2
+    exit 2
+  fi
+done
+
+cd "$repo"
+status=0
+
+plain_flags="-C force-frame-pointers=yes"
+pac_flags="-C force-frame-pointers=yes -Zbranch-protection=pac-ret"
+# qemu's CPU for pac-ret code: its default ("max") computes PACs with QARMA5 in software, which makes every signed
+# call slow (the whole matrix took ~3x longer); `pauth-impdef=on` keeps real signing, authentication and the same
+# bit layout with qemu's cheap implementation-defined algorithm.
+pac_cpu="max,pauth-impdef=on"
+
+# aarch64 <target dir> <rustflags> <qemu cpu or ""> <cargo subcommand and arguments...>
+aarch64() {
+  local dir="$1" flags="$2" cpu="$3"
+  shift 3
+  # The target-specific RUSTFLAGS replace .cargo/config.toml's [build] rustflags: frame pointers are repeated here.
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUSTFLAGS="$flags" \
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$runner${cpu:+ -cpu $cpu}" \
+    /usr/bin/cargo "$1" --locked -Zbuild-std=std,panic_abort --target "$target" --target-dir "$dir" "${@:2}"
+}
+
+# step <name> <command...>: runs one step, reports its time, records a failure and goes on.
+step() {
+  local name="$1" start
+  shift
+  start=$(date +%s)
+  echo "==> test-arm64 [$name]"
+  if "$@"; then
+    echo "==> test-arm64 [$name]: ok ($(( $(date +%s) - start )) s)"
+  else
+    echo "==> test-arm64 [$name]: FAILED ($(( $(date +%s) - start )) s)" >&2
+    status=1
+  fi
+}
+
+# The pac-ret client must really contain signing instructions (else pass 2 would silently test unsigned code).
+client_is_signed() {
+  local n
+  n=$(aarch64-linux-gnu-objdump -d --no-show-raw-insn "$1" | grep -c -w paciasp || true)
+  echo "test-arm64: $n functions of $1 sign their return address (paciasp)"
+  [ "$n" -gt 100 ]
+}
+
+pac_client="$pac_dir/$target/debug/crash-client"
+for pass in $passes; do
+  case "$pass" in
+    plain)
+      # Everything of the three packages, frame pointers forced. tests/pac.rs: return addresses must be unsigned.
+      export CRASH_TESTS_EXPECT_PAC=0
+      step "plain: cargo test -p report-format -p handler -p crash-tests" \
+        aarch64 "$plain_dir" "$plain_flags" "" test -p report-format -p handler -p crash-tests
+      ;;
+    pac)
+      # pac-ret: every function that saves x30 signs it (paciasp) before storing it in its frame record, std and
+      # the handler included, so the crash handler's walker reads signed return addresses and must strip them.
+      step "pac: build the crash client with pac-ret" \
+        aarch64 "$pac_dir" "$pac_flags" "$pac_cpu" build -p crash-tests --bin crash-client
+      step "pac: the client signs return addresses" client_is_signed "$pac_client"
+      # Live probe: signed values in this thread's own frame records, stripped like the CPU's xpaclri.
+      export CRASH_TESTS_EXPECT_PAC=1
+      step "pac: tests/pac.rs (pac-ret build)" \
+        aarch64 "$pac_dir" "$pac_flags" "$pac_cpu" test -p crash-tests --test pac -- --nocapture
+      # The crash matrix against the pac-ret client. The harness itself is the plain build (pac-ret code is slow to
+      # emulate and the harness's own return addresses do not matter): CRASH_TESTS_CLIENT picks the client, whose
+      # DWARF and build id the matrix then checks the reports against.
+      export CRASH_TESTS_CLIENT="$pac_client"
+      step "pac: crash matrix against the pac-ret client" \
+        aarch64 "$plain_dir" "$plain_flags" "$pac_cpu" test -p crash-tests --test crashes
+      unset CRASH_TESTS_CLIENT
+      ;;
+    *)
+      echo "test-arm64: unknown pass '$pass' (plain, pac)" >&2
+      exit 2
+      ;;
+  esac
+done
+exit "$status"
