@@ -187,13 +187,20 @@ mod tests {
     /// values were checked against the binary with `aarch64-linux-gnu-addr2line` (qemu-user loads the PIE at
     /// 0x55_0000_0000): 0x2b28c is right after `bl innermost` in `pac::middle`, 0x2b1c8 is in `pac::outer`. The PAC
     /// bits differ per process (random keys) and per qemu algorithm, the stripped address does not.
-    const CAPTURED: [(u64, u64); 4] = [
+    ///
+    /// The last pair is from a crash report: the pac-ret `crash-client null_deref` under qemu
+    /// (`-cpu max,pauth-impdef=on`), build id 306830eb…b581. At the fault `read_at` had signed x30 in its prologue,
+    /// so the report's `lr` register is signed; its frame 1 is the stripped value, which addr2line puts in
+    /// `crash_client::linux::trigger_null_deref` (the caller of `read_at`).
+    const CAPTURED: [(u64, u64); 5] = [
         // qemu's default CPU (`max`, QARMA5 PACs).
         (0x003e_0055_0002_b28c, 0x0000_0055_0002_b28c),
         (0x004f_0055_0002_b1c8, 0x0000_0055_0002_b1c8),
         // `-cpu max,pauth-impdef=on` (what the script uses for pac-ret code).
         (0x0023_0055_0002_b28c, 0x0000_0055_0002_b28c),
         (0x002a_0055_0002_b1c8, 0x0000_0055_0002_b1c8),
+        // The `lr` register of a crash report.
+        (0x0032_0055_0002_0510, 0x0000_0055_0002_0510),
     ];
 
     #[test]
