@@ -19,7 +19,7 @@
 #   ARM64_PASSES          "plain pac" (default), or one of them (the pac pass's matrix harness is the plain
 #                         build in ARM64_TARGET_DIR, built if missing)
 # Exits non-zero when anything fails. From clean target dirs on 2 cores: ~4.5 min plain (mostly building std and
-# the three packages), ~2.7 min pac; with warm target dirs about 2.5 min, nearly all of it tests under emulation.
+# the three packages), ~2.7 min pac; with warm target dirs ~2.2 min, nearly all of it tests under emulation.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
