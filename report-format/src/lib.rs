@@ -9,11 +9,13 @@
 //! - [`decode`]: the launch-time decoder. Recovers every intact section of a damaged file and lists what is missing.
 //! - [`model`]: the decoded, owned report (also the stable JSON shape).
 //! - [`regs`]: register-set names and orders.
+//! - [`mach_names`]: names of the Mach codes the EXCEPTION section stores.
 //! - [`owned`]: launch-time encoding of an owned [`model::Report`] (tests, tools, fixtures).
 
 pub mod decode;
 pub mod encode;
 pub mod framing;
+pub mod mach_names;
 pub mod model;
 pub mod owned;
 pub mod regs;

@@ -6,89 +6,17 @@
 //! `include/uapi/asm-generic/signal.h`, `include/uapi/asm-generic/siginfo.h` and glibc `string/strsignal.c` /
 //! `sysdeps/generic/siglist.h`. The ARM ESR decoding follows the Arm Architecture Reference Manual (ESR_ELx).
 
-/// Mach exception type name (`EXC_*`) for a type number, or `None` when unknown.
+/// Mach exception type name (`EXC_*`) for a type number, or `None` when unknown (`report_format::mach_names`).
 pub fn mach_exception_name(t: u32) -> Option<&'static str> {
-    Some(match t {
-        1 => "EXC_BAD_ACCESS",
-        2 => "EXC_BAD_INSTRUCTION",
-        3 => "EXC_ARITHMETIC",
-        4 => "EXC_EMULATION",
-        5 => "EXC_SOFTWARE",
-        6 => "EXC_BREAKPOINT",
-        7 => "EXC_SYSCALL",
-        8 => "EXC_MACH_SYSCALL",
-        9 => "EXC_RPC_ALERT",
-        10 => "EXC_CRASH",
-        11 => "EXC_RESOURCE",
-        12 => "EXC_GUARD",
-        13 => "EXC_CORPSE_NOTIFY",
-        _ => return None,
-    })
+    report_format::mach_names::exception_name(i64::from(t))
 }
 
-/// `kern_return_t` name (XNU `kern_return.h`); unknown values print as `UNKNOWN_0x32` like Apple's.
+/// `EXC_BAD_ACCESS` code name: `EXC_ARM_*` or a `kern_return_t` name (`report_format::mach_names`); unknown values
+/// print as `UNKNOWN_0x32` like Apple's.
 pub fn kern_return_name(code: i64) -> String {
-    const NAMES: [&str; 51] = [
-        "KERN_SUCCESS",
-        "KERN_INVALID_ADDRESS",
-        "KERN_PROTECTION_FAILURE",
-        "KERN_NO_SPACE",
-        "KERN_INVALID_ARGUMENT",
-        "KERN_FAILURE",
-        "KERN_RESOURCE_SHORTAGE",
-        "KERN_NOT_RECEIVER",
-        "KERN_NO_ACCESS",
-        "KERN_MEMORY_FAILURE",
-        "KERN_MEMORY_ERROR",
-        "KERN_ALREADY_IN_SET",
-        "KERN_NOT_IN_SET",
-        "KERN_NAME_EXISTS",
-        "KERN_ABORTED",
-        "KERN_INVALID_NAME",
-        "KERN_INVALID_TASK",
-        "KERN_INVALID_RIGHT",
-        "KERN_INVALID_VALUE",
-        "KERN_UREFS_OVERFLOW",
-        "KERN_INVALID_CAPABILITY",
-        "KERN_RIGHT_EXISTS",
-        "KERN_INVALID_HOST",
-        "KERN_MEMORY_PRESENT",
-        "KERN_MEMORY_DATA_MOVED",
-        "KERN_MEMORY_RESTART_COPY",
-        "KERN_INVALID_PROCESSOR_SET",
-        "KERN_POLICY_LIMIT",
-        "KERN_INVALID_POLICY",
-        "KERN_INVALID_OBJECT",
-        "KERN_ALREADY_WAITING",
-        "KERN_DEFAULT_SET",
-        "KERN_EXCEPTION_PROTECTED",
-        "KERN_INVALID_LEDGER",
-        "KERN_INVALID_MEMORY_CONTROL",
-        "KERN_INVALID_SECURITY",
-        "KERN_NOT_DEPRESSED",
-        "KERN_TERMINATED",
-        "KERN_LOCK_SET_DESTROYED",
-        "KERN_LOCK_UNSTABLE",
-        "KERN_LOCK_OWNED",
-        "KERN_LOCK_OWNED_SELF",
-        "KERN_SEMAPHORE_DESTROYED",
-        "KERN_RPC_SERVER_TERMINATED",
-        "KERN_RPC_TERMINATE_ORPHAN",
-        "KERN_RPC_CONTINUE_ORPHAN",
-        "KERN_NOT_SUPPORTED",
-        "KERN_NODE_DOWN",
-        "KERN_NOT_WAITING",
-        "KERN_OPERATION_TIMED_OUT",
-        "KERN_CODESIGN_ERROR",
-    ];
-    match code {
-        0x101 => "EXC_ARM_DA_ALIGN".into(),
-        0x102 => "EXC_ARM_DA_DEBUG".into(),
-        0x103 => "EXC_ARM_SP_ALIGN".into(),
-        0x104 => "EXC_ARM_SWP".into(),
-        0x105 => "EXC_ARM_PAC_FAIL".into(),
-        c if (0..NAMES.len() as i64).contains(&c) => NAMES[c as usize].into(),
-        c => format!("UNKNOWN_{c:#x}"),
+    match report_format::mach_names::bad_access_code_name(code) {
+        Some(n) => n.to_owned(),
+        None => format!("UNKNOWN_{code:#x}"),
     }
 }
 
@@ -324,7 +252,9 @@ mod tests {
     fn kern_return_and_esr() {
         assert_eq!(kern_return_name(1), "KERN_INVALID_ADDRESS");
         assert_eq!(kern_return_name(0x32), "KERN_CODESIGN_ERROR");
-        assert_eq!(kern_return_name(0x33), "UNKNOWN_0x33");
+        assert_eq!(kern_return_name(0x33), "KERN_POLICY_STATIC"); // kern_return.h 51
+        assert_eq!(kern_return_name(0x39), "UNKNOWN_0x39");
+        assert_eq!(kern_return_name(0x105), "EXC_ARM_PAC_FAIL");
         assert_eq!(arm64_esr_description(0xf200_0001).as_deref(), Some("(Breakpoint) brk 1"));
         assert_eq!(arm64_esr_description(0x9200_0006).as_deref(), Some("(Data Abort) byte read Translation fault"));
         assert_eq!(x86_page_fault_description(14, 6).as_deref(), Some("(no mapping for user data write)"));

@@ -93,71 +93,7 @@ pub const KERN_PROTECTION_FAILURE: i32 = 2;
 /// `KERN_FAILURE` (kern_return.h); what an exception handler replies to pass the exception on.
 pub const KERN_FAILURE: i32 = 5;
 
-/// `kern_return_t` names 0..=56 in order (kern_return.h).
-const KERN_RETURN_NAMES: [&str; 57] = [
-    "KERN_SUCCESS",
-    "KERN_INVALID_ADDRESS",
-    "KERN_PROTECTION_FAILURE",
-    "KERN_NO_SPACE",
-    "KERN_INVALID_ARGUMENT",
-    "KERN_FAILURE",
-    "KERN_RESOURCE_SHORTAGE",
-    "KERN_NOT_RECEIVER",
-    "KERN_NO_ACCESS",
-    "KERN_MEMORY_FAILURE",
-    "KERN_MEMORY_ERROR",
-    "KERN_ALREADY_IN_SET",
-    "KERN_NOT_IN_SET",
-    "KERN_NAME_EXISTS",
-    "KERN_ABORTED",
-    "KERN_INVALID_NAME",
-    "KERN_INVALID_TASK",
-    "KERN_INVALID_RIGHT",
-    "KERN_INVALID_VALUE",
-    "KERN_UREFS_OVERFLOW",
-    "KERN_INVALID_CAPABILITY",
-    "KERN_RIGHT_EXISTS",
-    "KERN_INVALID_HOST",
-    "KERN_MEMORY_PRESENT",
-    "KERN_MEMORY_DATA_MOVED",
-    "KERN_MEMORY_RESTART_COPY",
-    "KERN_INVALID_PROCESSOR_SET",
-    "KERN_POLICY_LIMIT",
-    "KERN_INVALID_POLICY",
-    "KERN_INVALID_OBJECT",
-    "KERN_ALREADY_WAITING",
-    "KERN_DEFAULT_SET",
-    "KERN_EXCEPTION_PROTECTED",
-    "KERN_INVALID_LEDGER",
-    "KERN_INVALID_MEMORY_CONTROL",
-    "KERN_INVALID_SECURITY",
-    "KERN_NOT_DEPRESSED",
-    "KERN_TERMINATED",
-    "KERN_LOCK_SET_DESTROYED",
-    "KERN_LOCK_UNSTABLE",
-    "KERN_LOCK_OWNED",
-    "KERN_LOCK_OWNED_SELF",
-    "KERN_SEMAPHORE_DESTROYED",
-    "KERN_RPC_SERVER_TERMINATED",
-    "KERN_RPC_TERMINATE_ORPHAN",
-    "KERN_RPC_CONTINUE_ORPHAN",
-    "KERN_NOT_SUPPORTED",
-    "KERN_NODE_DOWN",
-    "KERN_NOT_WAITING",
-    "KERN_OPERATION_TIMED_OUT",
-    "KERN_CODESIGN_ERROR",
-    "KERN_POLICY_STATIC",
-    "KERN_INSUFFICIENT_BUFFER_SIZE",
-    "KERN_DENIED",
-    "KERN_MISSING_KC",
-    "KERN_INVALID_KC",
-    "KERN_NOT_FOUND",
-];
-
-/// Name of a `kern_return_t`, `None` when unknown (Apple prints those as `UNKNOWN_0x<hex>`).
-pub fn kern_return_name(kr: i64) -> Option<&'static str> {
-    usize::try_from(kr).ok().and_then(|i| KERN_RETURN_NAMES.get(i)).copied()
-}
+pub use report_format::mach_names::{bad_access_code_name, kern_return_name};
 
 // ---- machine-specific codes ----------------------------------------------------------------------------------------
 
@@ -191,19 +127,6 @@ pub const EXC_UNIX_BAD_PIPE: i64 = 0x10001;
 pub const EXC_UNIX_ABORT: i64 = 0x10002;
 /// `EXC_SOFT_SIGNAL` (ux_exception.h; "unhandled signal") → SIGKILL.
 pub const EXC_SOFT_SIGNAL: i64 = 0x10003;
-
-/// Name of an `EXC_BAD_ACCESS` code on arm64: the `EXC_ARM_*` names for `0x101..=0x105`, else the
-/// `kern_return_t` name.
-pub fn bad_access_code_name(code: i64) -> Option<&'static str> {
-    Some(match code {
-        EXC_ARM_DA_ALIGN => "EXC_ARM_DA_ALIGN",
-        EXC_ARM_DA_DEBUG => "EXC_ARM_DA_DEBUG",
-        EXC_ARM_SP_ALIGN => "EXC_ARM_SP_ALIGN",
-        EXC_ARM_SWP => "EXC_ARM_SWP",
-        EXC_ARM_PAC_FAIL => "EXC_ARM_PAC_FAIL",
-        _ => return kern_return_name(code),
-    })
-}
 
 // ---- Darwin signals (bsd/sys/signal.h) -----------------------------------------------------------------------------
 
@@ -253,24 +176,9 @@ pub fn signal_name(sig: i32) -> Option<&'static str> {
     }
 }
 
-/// Name of a Mach exception type (`EXC_BAD_ACCESS`, ...), `None` when unknown.
+/// Name of a Mach exception type (`EXC_BAD_ACCESS`, ...), `None` when unknown (`report_format::mach_names`).
 pub fn exception_name(exception: i32) -> Option<&'static str> {
-    Some(match exception {
-        EXC_BAD_ACCESS => "EXC_BAD_ACCESS",
-        EXC_BAD_INSTRUCTION => "EXC_BAD_INSTRUCTION",
-        EXC_ARITHMETIC => "EXC_ARITHMETIC",
-        EXC_EMULATION => "EXC_EMULATION",
-        EXC_SOFTWARE => "EXC_SOFTWARE",
-        EXC_BREAKPOINT => "EXC_BREAKPOINT",
-        EXC_SYSCALL => "EXC_SYSCALL",
-        EXC_MACH_SYSCALL => "EXC_MACH_SYSCALL",
-        EXC_RPC_ALERT => "EXC_RPC_ALERT",
-        EXC_CRASH => "EXC_CRASH",
-        EXC_RESOURCE => "EXC_RESOURCE",
-        EXC_GUARD => "EXC_GUARD",
-        EXC_CORPSE_NOTIFY => "EXC_CORPSE_NOTIFY",
-        _ => return None,
-    })
+    report_format::mach_names::exception_name(i64::from(exception))
 }
 
 /// Which CPU family raised the exception: the machine-dependent part of the mapping differs.
