@@ -6,7 +6,8 @@
 //!   decoded from and encoded into byte buffers;
 //! - [`state`]: `ARM_THREAD_STATE64`/`ARM_EXCEPTION_STATE64` and `x86_THREAD_STATE64`/`x86_EXCEPTION_STATE64` word
 //!   arrays → `report_format::regs` value arrays;
-//! - [`pac`]: arm64e pointer-authentication stripping by virtual-address width;
+//! - [`pac`]: arm64e pointer-authentication stripping by virtual-address width (re-exported from
+//!   [`crate::arch::pac`], which the arm64 Linux path uses too);
 //! - [`crash_info`]: the `__crash_info` record and a bounded C-string reader over a fault-proof read callback.
 //!
 //! Everything here may run at crash time: no allocation, no locks, no panics (the lints below enforce the
@@ -27,7 +28,7 @@
 pub mod crash_info;
 pub mod exc;
 pub mod msg;
-pub mod pac;
+pub use crate::arch::pac;
 pub mod state;
 
 #[cfg(target_vendor = "apple")]

@@ -3,6 +3,7 @@
 //! Decodes the Linux signal frame's `struct sigcontext` (`fault_address`, `regs[31]`, `sp`, `pc`, `pstate`, and the
 //! `esr_context` record inside `__reserved`) into the report's `arm64` set (`report_format::regs::ARM64_NAMES`).
 
+use super::pac::PacStrip;
 use super::{RegisterValues, WalkRegs};
 
 /// Register set name (`report_format::regs::ARM64`).
@@ -88,15 +89,16 @@ pub const LINUX_USER_VA_BITS: u32 = 48;
 
 /// Strips a pointer-authentication code (and any top-byte tag) from a code address, the way `xpaci` does for user
 /// space: the bits above the `va_bits`-bit virtual address are cleared. Addresses with bit 55 set (kernel half)
-/// are returned unchanged. Pure; signal-safe.
+/// are returned unchanged, and so is every address when `va_bits` is outside what [`PacStrip`] accepts (25..=55).
+/// Pure; signal-safe. The one implementation is [`PacStrip::strip`]; this is its Linux-facing form.
 ///
 /// A fixed `0x0000_000F_FFFF_FFFF` mask (36 bits, iOS only) is wrong elsewhere; the caller passes the VA size of the
-/// platform (Linux: [`LINUX_USER_VA_BITS`]; Apple: from `vm_address_bits`-style limits).
+/// platform (Linux: [`LINUX_USER_VA_BITS`]; Apple: from `TASK_VM_INFO.max_address`, see [`PacStrip::covering`]).
 pub fn strip_pac(addr: u64, va_bits: u32) -> u64 {
-    if va_bits == 0 || va_bits >= 64 || addr & (1u64 << 55) != 0 {
-        return addr;
+    match u8::try_from(va_bits).ok().and_then(PacStrip::with_va_bits) {
+        Some(s) => s.strip(addr),
+        None => addr,
     }
-    addr & ((1u64 << va_bits) - 1)
 }
 
 #[cfg(test)]

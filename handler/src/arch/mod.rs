@@ -5,6 +5,7 @@
 //! runs and is tested on every host. The OS-specific code in `platform/` copies the values out of `ucontext_t`.
 
 pub mod aarch64;
+pub mod pac;
 pub mod x86_64;
 
 /// Largest register set this version stores (arm64: 36 values, see `report_format::regs::ARM64_NAMES`).
@@ -57,6 +58,19 @@ impl RegisterValues {
         } else {
             None
         }
+    }
+
+    /// A set named `set` from per-register options in its storage order (`None` = not captured); values beyond
+    /// [`MAX_REGS`] are ignored. Used by the Apple backend, whose thread-state decoders produce options.
+    pub fn from_options(set: &'static [u8], values: &[Option<u64>]) -> Self {
+        let len = values.len().min(MAX_REGS);
+        let mut r = RegisterValues::new(set, len as u8);
+        for (i, v) in values.iter().enumerate().take(len) {
+            if let Some(v) = v {
+                r.put(i, *v);
+            }
+        }
+        r
     }
 
     /// Fills `out` with `Some(value)`/`None` per register, as the report encoder wants; returns the filled prefix.

@@ -14,6 +14,27 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use report_format::encode::{Image, ID_KIND_BUILD_ID};
 
+/// Everything [`ImageList::push_record`] stores about one image (borrowed; the list copies it).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ImageRecord<'a> {
+    /// Absolute path (copied into the path arena).
+    pub path: &'a [u8],
+    /// Where the Mach-O header / the ELF's first segment is mapped.
+    pub load_address: u64,
+    /// Bytes of the text range from `load_address` (`__TEXT` vmsize on Apple).
+    pub size: u64,
+    /// Slide (Mach-O) or load bias (ELF), bytes.
+    pub bias: i64,
+    /// Identifier bytes: 16-byte `LC_UUID` or GNU build id (at most [`MAX_ID_LEN`] kept).
+    pub id: &'a [u8],
+    /// `report_format::encode::ID_KIND_UUID` or `ID_KIND_BUILD_ID`.
+    pub id_kind: u8,
+    /// CPU architecture name when known (`b"arm64e"`, from `crate::macho::arch_name`); static text.
+    pub arch: &'static [u8],
+    /// Runtime address and size in bytes of the image's `__DATA,__crash_info` section (Apple); `(0, 0)` if none.
+    pub crash_info: (u64, u64),
+}
+
 /// Longest build id kept, in bytes (GNU build ids are 20 bytes with SHA-1, 16 with MD5/UUID; 32 allows SHA-256).
 pub const MAX_ID_LEN: usize = 32;
 
@@ -32,6 +53,12 @@ pub struct ImageEntry {
     id_len: u8,
     /// `report_format::encode::ID_KIND_*` of `id`.
     pub id_kind: u8,
+    /// CPU architecture name (static text; empty when unknown).
+    pub arch: &'static [u8],
+    /// Runtime address of the image's `__crash_info` section (Apple); 0 when it has none.
+    pub crash_info_addr: u64,
+    /// Size in bytes of the `__crash_info` section.
+    pub crash_info_size: u64,
 }
 
 /// A fixed-capacity image list over preallocated storage.
@@ -58,28 +85,44 @@ impl ImageList {
         self.dropped = 0;
     }
 
-    /// Appends an image; `false` (and `dropped` + 1) when entries or path bytes ran out.
+    /// Appends an image with a GNU build id (ELF); `false` (and `dropped` + 1) when entries or path bytes ran out.
     pub fn push(&mut self, path: &[u8], load_address: u64, size: u64, bias: i64, build_id: &[u8]) -> bool {
-        let start = self.arena_len;
-        let Some(end) = start.checked_add(path.len()) else { return self.drop_one() };
-        let (Some(dst), Some(e)) = (self.arena.get_mut(start..end), self.entries.get_mut(self.count)) else {
-            return self.drop_one();
-        };
-        dst.copy_from_slice(path);
-        let mut id = [0u8; MAX_ID_LEN];
-        let id_len = build_id.len().min(MAX_ID_LEN);
-        if let (Some(d), Some(s)) = (id.get_mut(..id_len), build_id.get(..id_len)) {
-            d.copy_from_slice(s);
-        }
-        *e = ImageEntry {
+        self.push_record(&ImageRecord {
+            path,
             load_address,
             size,
             bias,
+            id: build_id,
+            id_kind: ID_KIND_BUILD_ID,
+            ..ImageRecord::default()
+        })
+    }
+
+    /// Appends an image; `false` (and `dropped` + 1) when entries or path bytes ran out.
+    pub fn push_record(&mut self, r: &ImageRecord<'_>) -> bool {
+        let start = self.arena_len;
+        let Some(end) = start.checked_add(r.path.len()) else { return self.drop_one() };
+        let (Some(dst), Some(e)) = (self.arena.get_mut(start..end), self.entries.get_mut(self.count)) else {
+            return self.drop_one();
+        };
+        dst.copy_from_slice(r.path);
+        let mut id = [0u8; MAX_ID_LEN];
+        let id_len = r.id.len().min(MAX_ID_LEN);
+        if let (Some(d), Some(s)) = (id.get_mut(..id_len), r.id.get(..id_len)) {
+            d.copy_from_slice(s);
+        }
+        *e = ImageEntry {
+            load_address: r.load_address,
+            size: r.size,
+            bias: r.bias,
             path_off: start as u32,
-            path_len: path.len() as u32,
+            path_len: r.path.len() as u32,
             id,
             id_len: id_len as u8,
-            id_kind: if id_len > 0 { ID_KIND_BUILD_ID } else { 0 },
+            id_kind: if id_len > 0 { r.id_kind } else { 0 },
+            arch: r.arch,
+            crash_info_addr: r.crash_info.0,
+            crash_info_size: r.crash_info.1,
         };
         self.arena_len = end;
         self.count += 1;
@@ -133,7 +176,7 @@ impl ImageList {
             slide: Some(e.bias),
             id: self.build_id(i),
             id_kind: e.id_kind,
-            arch: b"",
+            arch: e.arch,
         })
     }
 
@@ -212,6 +255,27 @@ mod tests {
         let mut l = list(4, 8);
         assert!(!l.push(b"/a/very/long/path", 0, 1, 0, &[]));
         assert!(l.is_empty());
+    }
+
+    #[test]
+    fn records_keep_uuid_kind_arch_and_crash_info() {
+        let mut l = list(2, 64);
+        let uuid = [0x11u8; 16];
+        assert!(l.push_record(&ImageRecord {
+            path: b"/usr/lib/dyld",
+            load_address: 0x1_0000_0000,
+            size: 0x8_0000,
+            bias: 0x4000,
+            id: &uuid,
+            id_kind: report_format::encode::ID_KIND_UUID,
+            arch: b"arm64e",
+            crash_info: (0x1_0007_0000, 64),
+        }));
+        let e = *l.entry(0).expect("entry");
+        assert_eq!((e.crash_info_addr, e.crash_info_size), (0x1_0007_0000, 64));
+        let img = l.image(0).expect("image");
+        assert_eq!((img.id, img.id_kind, img.arch), (&uuid[..], report_format::encode::ID_KIND_UUID, &b"arm64e"[..]));
+        assert_eq!(img.path, b"/usr/lib/dyld");
     }
 
     #[test]

@@ -27,6 +27,9 @@ pub const NOT_CAPTURED: u32 = 4;
 /// Bytes of a thread name kept (Linux `TASK_COMM_LEN` is 16 including the NUL; Apple's `MAXTHREADNAMESIZE` is 64).
 pub const NAME_LEN: usize = 64;
 
+/// Bytes of a dispatch queue label kept (longer labels are cut).
+pub const QUEUE_LEN: usize = 96;
+
 /// What a captured slot holds.
 #[derive(Clone, Copy, Debug)]
 pub struct SlotData {
@@ -36,6 +39,10 @@ pub struct SlotData {
     pub name: [u8; NAME_LEN],
     /// Valid bytes in `name`.
     pub name_len: u8,
+    /// Dispatch queue label bytes (Apple; first `queue_len` are valid).
+    pub queue: [u8; QUEUE_LEN],
+    /// Valid bytes in `queue`.
+    pub queue_len: u8,
     /// Why the thread was not captured (static text; empty when captured).
     pub reason: &'static [u8],
     /// True for the thread that owns the crash.
@@ -44,8 +51,15 @@ pub struct SlotData {
 
 impl SlotData {
     /// An empty slot.
-    pub const EMPTY: SlotData =
-        SlotData { regs: RegisterValues::EMPTY, name: [0; NAME_LEN], name_len: 0, reason: b"", crashed: false };
+    pub const EMPTY: SlotData = SlotData {
+        regs: RegisterValues::EMPTY,
+        name: [0; NAME_LEN],
+        name_len: 0,
+        queue: [0; QUEUE_LEN],
+        queue_len: 0,
+        reason: b"",
+        crashed: false,
+    };
 
     /// Sets the name from bytes, cut at the first NUL or newline and at [`NAME_LEN`].
     pub fn set_name(&mut self, bytes: &[u8]) {
@@ -63,6 +77,24 @@ impl SlotData {
     /// The valid name bytes.
     pub fn name(&self) -> &[u8] {
         self.name.get(..usize::from(self.name_len)).unwrap_or(&[])
+    }
+
+    /// Sets the dispatch queue label, cut at the first NUL or newline and at [`QUEUE_LEN`].
+    pub fn set_queue(&mut self, bytes: &[u8]) {
+        let mut n = 0usize;
+        for (dst, b) in self.queue.iter_mut().zip(bytes.iter()) {
+            if *b == 0 || *b == b'\n' {
+                break;
+            }
+            *dst = *b;
+            n += 1;
+        }
+        self.queue_len = n as u8;
+    }
+
+    /// The valid queue label bytes.
+    pub fn queue(&self) -> &[u8] {
+        self.queue.get(..usize::from(self.queue_len)).unwrap_or(&[])
     }
 }
 
@@ -343,5 +375,9 @@ mod tests {
         assert_eq!(d.name(), b"abc");
         d.set_name(&[b'x'; 100]);
         assert_eq!(d.name().len(), NAME_LEN);
+        d.set_queue(b"com.apple.main-thread\0junk");
+        assert_eq!(d.queue(), b"com.apple.main-thread");
+        d.set_queue(&[b'q'; 200]);
+        assert_eq!(d.queue().len(), QUEUE_LEN);
     }
 }

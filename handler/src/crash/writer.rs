@@ -11,7 +11,7 @@ use crate::crash::images::ImageList;
 use crate::crash::threads::{ThreadTable, CAPTURED};
 use crate::crash::user_table::{self, Snapshot};
 use crate::unwind::{self, MemoryReader, Repeat, WalkOptions};
-use report_format::encode::{EncodeError, Encoder, Exception, Image, KeyValue, Meta, Sink, SinkError, Thread};
+use report_format::encode::{EncodeError, Encoder, Exception, Image, KeyValue, Message, Meta, Sink, SinkError, Thread};
 
 /// Suffix of a finished report file name (`<32 hex digits of the report id>.crashreport`).
 pub const REPORT_SUFFIX: &[u8] = report_format::framing::FILE_SUFFIX.as_bytes();
@@ -222,6 +222,8 @@ pub struct ReportHead<'a> {
     pub meta: Meta<'a>,
     /// EXCEPTION (the crashed thread index is filled in by the writer).
     pub exception: Exception<'a>,
+    /// MESSAGES (Apple: `__crash_info` texts such as Swift's `fatalError` message); none: no section.
+    pub messages: &'a [Message<'a>],
 }
 
 /// Reason text for a slot still being written when the report was encoded.
@@ -252,6 +254,9 @@ pub fn write_report<S: Sink, M: MemoryReader>(
     let mut enc = Encoder::begin(sink, bufs.scratch)?;
     enc.meta(&meta)?;
     enc.exception(&exc)?;
+    if !head.messages.is_empty() {
+        enc.messages(head.messages)?;
+    }
     let mut user = Snapshot::new();
     user.take();
     let mut kv = [KeyValue::default(); user_table::SLOTS];
@@ -267,6 +272,7 @@ pub fn write_report<S: Sink, M: MemoryReader>(
         match slot.data() {
             Some(d) if slot.state() == CAPTURED => {
                 t.name = d.name();
+                t.queue = d.queue();
                 t.crashed = d.crashed;
                 t.captured = true;
                 t.register_set = d.regs.set;
@@ -354,6 +360,9 @@ pub fn write_minimal_report<S: Sink>(
     let mut enc = Encoder::begin(sink, scratch)?;
     enc.meta(&meta)?;
     enc.exception(&exc)?;
+    if !head.messages.is_empty() {
+        enc.messages(head.messages)?;
+    }
     enc.thread(&t)?;
     write_images(&mut enc, images)?;
     enc.finish()
@@ -403,6 +412,7 @@ mod tests {
         w.data().regs = x86_64::from_gregs(&g);
         w.data().crashed = true;
         w.data().set_name(b"main");
+        w.data().set_queue(b"com.apple.main-thread");
         w.publish(CAPTURED);
         table.add_pending(12);
         assert!(table.expire(1, b"no answer"));
@@ -424,6 +434,7 @@ mod tests {
         let head = ReportHead {
             meta: Meta { arch: b"x86_64", ..Meta::default() },
             exception: Exception { signal: Some(11), si_code: Some(1), fault_address: Some(0), ..Exception::default() },
+            messages: &[Message { source: b"libswiftCore.dylib", text: b"Fatal error: boom" }],
         };
         let out = write_report(Vec::new(), &head, &table, &images, &mut mem, &WalkOptions::host(), &mut bufs)
             .expect("written");
@@ -433,6 +444,9 @@ mod tests {
         let ct = r.crashed_thread().expect("crashed thread");
         assert_eq!(ct.id, Some(11));
         assert_eq!(ct.name.as_deref(), Some("main"));
+        assert_eq!(ct.queue.as_deref(), Some("com.apple.main-thread"));
+        assert_eq!(r.messages.len(), 1);
+        assert_eq!(r.messages[0].text, "Fatal error: boom");
         assert_eq!(ct.frames, vec![0x40_0000, 0x40_1234, 0x40_5678]);
         assert_eq!(ct.register("rip"), Some(0x40_0000));
         let other = &r.threads[1];

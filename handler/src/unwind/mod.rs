@@ -39,6 +39,7 @@ pub trait MemoryReader {
     }
 }
 
+use crate::arch::pac::PacStrip;
 pub use crate::arch::WalkRegs;
 
 /// Longest repeating run (in frames) the walker compresses.
@@ -53,20 +54,28 @@ pub struct WalkOptions {
     pub max_stack_span: u64,
     /// Most frame records followed (bounds the time a pathological stack costs; repeats count too).
     pub max_steps: usize,
-    /// Clears pointer-authentication bits from a return address (identity on x86-64).
-    pub strip: fn(u64) -> u64,
+    /// Clears pointer-authentication bits from return addresses and `lr` (`None`: values are used as they are,
+    /// right on x86-64). The one stripper shared by the Linux and Apple paths ([`crate::arch::pac`]).
+    pub strip: Option<PacStrip>,
     /// Bytes above `sp` searched for a frame record when the first one is not valid (see [`walk_checked`]);
     /// 0 disables the search.
     pub scan_bytes: u64,
 }
 
-fn identity(v: u64) -> u64 {
-    v
+impl WalkOptions {
+    /// `v` with pointer-authentication bits cleared by [`WalkOptions::strip`] (unchanged without a stripper).
+    pub fn strip_value(&self, v: u64) -> u64 {
+        match self.strip {
+            Some(s) => s.strip(v),
+            None => v,
+        }
+    }
 }
 
-fn strip_linux_arm64(v: u64) -> u64 {
-    crate::arch::aarch64::strip_pac(v, crate::arch::aarch64::LINUX_USER_VA_BITS)
-}
+/// The stripper for this host's ordinary processes: Linux/arm64's 48-bit user space; none on x86-64. The Apple
+/// backend overrides it with the bound of its own address space (`TASK_VM_INFO.max_address`).
+const HOST_STRIP: Option<PacStrip> =
+    if cfg!(target_arch = "aarch64") { PacStrip::with_va_bits(crate::arch::pac::LINUX_ARM64_VA_BITS) } else { None };
 
 impl WalkOptions {
     /// Options for this host: 8-byte alignment, 1 GiB stack span, 1 Mi steps, and PAC stripping on arm64.
@@ -75,7 +84,7 @@ impl WalkOptions {
             fp_align: 8,
             max_stack_span: 1 << 30,
             max_steps: 1 << 20,
-            strip: if cfg!(target_arch = "aarch64") { strip_linux_arm64 } else { identity },
+            strip: HOST_STRIP,
             scan_bytes: 16 * 1024,
         }
     }
@@ -291,7 +300,7 @@ fn walk_into<M: MemoryReader>(
             if mem.read(fp, &mut rec) {
                 let (a, b) = rec.split_at(8);
                 let next_fp = u64::from_ne_bytes(a.try_into().unwrap_or([0; 8]));
-                let ret = (opts.strip)(u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
+                let ret = opts.strip_value(u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
                 if ret == 0 {
                     Err(StopReason::NullReturnAddress)
                 } else if is_code.is_some_and(|f| !f(ret)) {
@@ -306,7 +315,7 @@ fn walk_into<M: MemoryReader>(
         match checked {
             Ok((next_fp, ret)) => {
                 if first {
-                    if let Some(lr) = start.lr.map(opts.strip) {
+                    if let Some(lr) = start.lr.map(|v| opts.strip_value(v)) {
                         if lr != 0 && lr != ret && !out.push(lr) {
                             return StopReason::FrameCap;
                         }
@@ -357,7 +366,7 @@ fn read_record<M: MemoryReader>(
         return None;
     }
     let next = mem.read_u64(fp)?;
-    let ret = (opts.strip)(mem.read_u64(fp + 8)?);
+    let ret = opts.strip_value(mem.read_u64(fp + 8)?);
     if !is_code(ret) || (next != 0 && (next <= fp || next >= hi || next % opts.fp_align.max(1) != 0)) {
         return None;
     }
@@ -399,7 +408,7 @@ fn scan_for_record<M: MemoryReader>(
 /// When the walk ends before reading the first record, LR is still the best guess for frame 1 (arm64 leaf).
 fn finish_lr(start: &WalkRegs, opts: &WalkOptions, out: &mut Out<'_>, first: bool, why: StopReason) -> StopReason {
     if first {
-        if let Some(lr) = start.lr.map(opts.strip) {
+        if let Some(lr) = start.lr.map(|v| opts.strip_value(v)) {
             if lr != 0 && !out.push(lr) {
                 return StopReason::FrameCap;
             }
@@ -467,7 +476,7 @@ mod tests {
     fn run(start: WalkRegs, mem: &mut Mem, cap: usize) -> (Vec<u64>, Vec<Repeat>, WalkOutcome) {
         let mut frames = vec![0u64; cap];
         let mut reps = [Repeat::default(); 8];
-        let o = walk(&start, mem, &WalkOptions { strip: identity, ..WalkOptions::host() }, &mut frames, &mut reps);
+        let o = walk(&start, mem, &WalkOptions { strip: None, ..WalkOptions::host() }, &mut frames, &mut reps);
         (frames[..o.frames].to_vec(), reps[..o.repeats].to_vec(), o)
     }
 
@@ -576,7 +585,7 @@ mod tests {
         }
         let mut frames = [0u64; 16];
         let mut reps = [Repeat::default(); 4];
-        let opts = WalkOptions { max_steps: 20, strip: identity, ..WalkOptions::host() };
+        let opts = WalkOptions { max_steps: 20, strip: None, ..WalkOptions::host() };
         let o = walk(&x86(1, 0x7000_0000, 0x7000_0000), &mut m, &opts, &mut frames, &mut reps);
         assert_eq!(o.stop, StopReason::StepCap);
         assert!(o.truncated);
@@ -637,7 +646,7 @@ mod tests {
         let start = WalkRegs { pc: 0x7f00_0000_1000, sp, fp: 0x5, lr: None };
         let mut frames = [0u64; 16];
         let mut reps = [Repeat::default(); 4];
-        let opts = WalkOptions { strip: identity, ..WalkOptions::host() };
+        let opts = WalkOptions { strip: None, ..WalkOptions::host() };
         let o = walk_checked(&start, &mut m, &opts, Some(&is_code), &mut frames, &mut reps);
         assert_eq!(&frames[..o.frames], &[0x7f00_0000_1000, 0x40_1111, 0x40_2222]);
         // Without the code test there is no search: the bad fp ends the walk.
@@ -658,7 +667,7 @@ mod tests {
         // Signed return addresses as qemu's pac-ret produces them.
         m.record(0x7000_0010, 0x7000_0040, 0x0029_0055_0001_1111);
         m.record(0x7000_0040, 0, 0x0013_0055_0001_2222);
-        let opts = WalkOptions { strip: strip_linux_arm64, ..WalkOptions::host() };
+        let opts = WalkOptions { strip: PacStrip::with_va_bits(48), ..WalkOptions::host() };
         let mut frames = [0u64; 16];
         let mut reps = [Repeat::default(); 4];
         // Leaf: LR differs from the first record's return address -> frame 1.

@@ -387,6 +387,7 @@ fn head<'a>(st: &'a State, rec: &CrashRecord, id: [u8; 16], pid: i32, note: &'a 
             fault_address: rec.addr,
             ..Exception::default()
         },
+        messages: &[],
     }
 }
 

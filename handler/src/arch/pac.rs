@@ -1,4 +1,6 @@
-//! Pointer-authentication (arm64e) stripping for return addresses and `pc`/`lr`: a small pure function.
+//! Pointer-authentication (arm64e) stripping for return addresses and `pc`/`lr`: a small pure function, shared by
+//! the arm64 Linux path ([`crate::arch::aarch64::strip_pac`], the walker's [`crate::unwind::WalkOptions::strip`]) and
+//! the Apple backend (thread states from Mach, `crate::apple::state`). Pure, allocation-free, async-signal-safe.
 //!
 //! A signed user-space pointer keeps its address in bits `0..va_bits` and carries the PAC in the bits above (up to
 //! bit 54, plus the top byte 56..63 for instruction pointers, where top-byte-ignore does not apply); bit 55 selects
@@ -78,10 +80,15 @@ impl PacStrip {
         (1u64 << self.va_bits).wrapping_sub(1)
     }
 
-    /// The address with PAC bits (every bit from `va_bits` up) cleared. Only for user-space pointers (bit 55 = 0);
-    /// idempotent; an unsigned user address comes back unchanged.
+    /// The address with PAC bits (every bit from `va_bits` up) cleared. A value with bit 55 set is a kernel-half
+    /// address (or not an address at all) and comes back unchanged; idempotent; an unsigned user address comes back
+    /// unchanged.
     pub const fn strip(self, value: u64) -> u64 {
-        value & self.mask()
+        if value & (1u64 << 55) != 0 {
+            value
+        } else {
+            value & self.mask()
+        }
     }
 
     /// Whether `value` has any bit set above the address bits (a signed pointer, or not a user address at all).
@@ -149,9 +156,13 @@ mod tests {
     #[test]
     fn stripping_is_idempotent() {
         let s = PacStrip::with_va_bits(40).unwrap();
-        for v in [0u64, 1, 0xdead_beef_cafe_f00d, u64::MAX, 0x00ff_ffff_ffff] {
+        for v in [0u64, 1, 0x5e2d_beef_cafe_f00d, 0x00ff_ffff_ffff] {
             assert_eq!(s.strip(s.strip(v)), s.strip(v));
             assert!(s.strip(v) <= s.mask());
+        }
+        // Kernel-half values (bit 55 set) are left alone, as `xpaci` leaves them sign-extended.
+        for v in [u64::MAX, 0xdead_beef_cafe_f00d, 0xffff_8000_0000_1000] {
+            assert_eq!(s.strip(v), v);
         }
     }
 }
