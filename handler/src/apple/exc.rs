@@ -239,10 +239,75 @@ pub fn exc_crash_original_exception(code: i64) -> i32 {
     ((code >> 20) & 0xf) as i32
 }
 
+/// `SI_USER` (`bsd/sys/signal.h`): `si_code` of a signal sent with `kill()`/`raise()`. Darwin's user codes start at
+/// 0x10001 (`SI_QUEUE` 0x10002, `SI_TIMER`, `SI_ASYNCIO`, `SI_MESGQ`); kernel fault codes are small (`SEGV_MAPERR` 1).
+pub const SI_USER: i32 = 0x10001;
+
+/// Whether a signal was sent by software (`kill`, `raise`, `pthread_kill`, `abort()`) rather than raised by the
+/// kernel for a fault: such a signal never went through a Mach exception first.
+pub fn signal_is_user_sent(si_code: i32) -> bool {
+    si_code <= 0 || si_code >= SI_USER
+}
+
+/// The Mach exception mask under which the kernel would have raised `sig` (Darwin numbering) before turning it into
+/// a signal (`ux_exception()`, the inverse of [`signal_for`]); 0 for signals with no Mach exception of their own
+/// (`SIGABRT`, which `abort()` sends with `pthread_kill`, and `SIGSYS`).
+pub fn exception_mask_for_signal(sig: i32) -> u32 {
+    use signal::*;
+    match sig {
+        SIGSEGV | SIGBUS => EXC_MASK_BAD_ACCESS,
+        SIGILL => EXC_MASK_BAD_INSTRUCTION,
+        SIGFPE => EXC_MASK_ARITHMETIC,
+        SIGTRAP => EXC_MASK_BREAKPOINT,
+        _ => 0,
+    }
+}
+
+/// The signal fallback's decision for a fatal signal (issue 7, design.md §3): `SIGABRT` is always captured by the
+/// signal handler (no Mach exception precedes it); the fault signals are captured there only when the Mach path did
+/// not see them: the Mach exception ports for the signal's exception are not ours (`mach_ports_ours` false: a
+/// debugger or another library took them, or registration failed), or the signal was sent by software. Nothing is
+/// captured twice: once the Mach server wrote a report (`mach_reported`), the signal just passes through.
+pub fn signal_fallback_captures(sig: i32, si_code: i32, mach_ports_ours: bool, mach_reported: bool) -> bool {
+    if mach_reported {
+        return false;
+    }
+    sig == signal::SIGABRT || exception_mask_for_signal(sig) == 0 || !mach_ports_ours || signal_is_user_sent(si_code)
+}
+
 #[cfg(test)]
 mod tests {
     use super::signal::*;
     use super::*;
+
+    #[test]
+    fn signal_fallback_rules() {
+        // SIGABRT always (unless the Mach path already reported this crash).
+        assert!(signal_fallback_captures(SIGABRT, SI_USER, true, false));
+        assert!(!signal_fallback_captures(SIGABRT, SI_USER, true, true));
+        // A kernel SIGSEGV while our Mach ports are registered: the exception server had it first.
+        assert!(!signal_fallback_captures(SIGSEGV, 1, true, false));
+        // ... unless the ports are not ours (debugger, another SDK, failed registration).
+        assert!(signal_fallback_captures(SIGSEGV, 1, false, false));
+        assert!(signal_fallback_captures(SIGBUS, 2, false, false));
+        // kill(getpid(), SIGSEGV): no Mach exception ever happened.
+        assert!(signal_fallback_captures(SIGSEGV, SI_USER, true, false));
+        assert!(signal_fallback_captures(SIGILL, 0, true, false));
+        // SIGSYS has no exception mask of its own.
+        assert!(signal_fallback_captures(SIGSYS, 1, true, false));
+        assert_eq!(exception_mask_for_signal(SIGSEGV), EXC_MASK_BAD_ACCESS);
+        assert_eq!(exception_mask_for_signal(SIGBUS), EXC_MASK_BAD_ACCESS);
+        assert_eq!(exception_mask_for_signal(SIGILL), EXC_MASK_BAD_INSTRUCTION);
+        assert_eq!(exception_mask_for_signal(SIGFPE), EXC_MASK_ARITHMETIC);
+        assert_eq!(exception_mask_for_signal(SIGTRAP), EXC_MASK_BREAKPOINT);
+        assert_eq!(exception_mask_for_signal(SIGABRT), 0);
+        // Each mask maps back to the signal the kernel sends for that exception.
+        for sig in [SIGSEGV, SIGILL, SIGFPE, SIGTRAP] {
+            let exc = exception_mask_for_signal(sig).trailing_zeros() as i32;
+            let code = if sig == SIGSEGV { 1 } else { 0 };
+            assert_eq!(signal_for(Cpu::Arm64, exc, code), Some(sig));
+        }
+    }
 
     #[test]
     fn ux_exception_mapping() {

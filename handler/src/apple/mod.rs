@@ -8,7 +8,9 @@
 //!   arrays → `report_format::regs` value arrays;
 //! - [`pac`]: arm64e pointer-authentication stripping by virtual-address width (re-exported from
 //!   [`crate::arch::pac`], which the arm64 Linux path uses too);
-//! - [`crash_info`]: the `__crash_info` record and a bounded C-string reader over a fault-proof read callback.
+//! - [`crash_info`]: the `__crash_info` record and a bounded C-string reader over a fault-proof read callback;
+//! - [`dyld`]: `dyld_all_image_infos` (where dyld itself is loaded) and `kinfo_proc` (`P_TRACED`) from raw bytes;
+//! - [`ports`]: the exception ports saved at install, per exception type, for restoring and ownership checks.
 //!
 //! Everything here may run at crash time: no allocation, no locks, no panics (the lints below enforce the
 //! indexing/unwrap/arithmetic part outside tests), no formatting. The Darwin-only FFI lives in `darwin`
@@ -26,8 +28,10 @@
 )]
 
 pub mod crash_info;
+pub mod dyld;
 pub mod exc;
 pub mod msg;
+pub mod ports;
 pub use crate::arch::pac;
 pub mod state;
 

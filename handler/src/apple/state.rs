@@ -152,6 +152,19 @@ pub fn x86_64_from_words(
     Ok(())
 }
 
+/// Words of the exception state at the start of `__darwin_mcontext64` (`arm_exception_state64`: `far` u64, `esr`
+/// u32, `exception` u32; `x86_exception_state64`: `trapno` u16, `cpu` u16, `err` u32, `faultvaddr` u64), both 16
+/// bytes. Source: `<arm/_mcontext.h>`, `<i386/_mcontext.h>` (`__es`, then `__ss`, then the FP state).
+pub const MCONTEXT64_EXCEPTION_WORDS: usize = 4;
+
+/// Splits the words of a signal's `__darwin_mcontext64` into its exception state and its thread state of
+/// `thread_words` words (`ARM_THREAD_STATE64_COUNT` or `X86_THREAD_STATE64_COUNT`). `None` when `words` is shorter.
+pub fn mcontext64_parts(words: &[u32], thread_words: usize) -> Option<(&[u32], &[u32])> {
+    let es = words.get(..MCONTEXT64_EXCEPTION_WORDS)?;
+    let ss = words.get(MCONTEXT64_EXCEPTION_WORDS..MCONTEXT64_EXCEPTION_WORDS.checked_add(thread_words)?)?;
+    Some((es, ss))
+}
+
 /// Reinterprets little-endian bytes (e.g. a request's `state_bytes()`) as state words into `out`; returns the number
 /// of words written.
 pub fn words_from_bytes(bytes: &[u8], out: &mut [u32]) -> usize {
@@ -222,6 +235,24 @@ mod tests {
         assert_eq!((out[A_FAR], out[A_ESR]), (None, None));
         arm64_from_words(&arm_state(ARM_THREAD_STATE64_FLAGS_NO_PTRAUTH), None, Some(strip), &mut out).unwrap();
         assert_eq!(out[A_LR], Some(0x4c2d_8001_ad98_ab74), "NO_PTRAUTH: values are not signed, leave them");
+    }
+
+    #[test]
+    fn signal_mcontext_splits_into_exception_then_thread_state() {
+        // __darwin_mcontext64 as a signal handler sees it: __es (4 words), __ss (68 words), then __ns.
+        let mut m = Vec::new();
+        push(&mut m, 0x0000_0002_042f_a800); // far
+        m.push(0x9200_0006); // esr
+        m.push(0);
+        m.extend(arm_state(0));
+        m.extend([0xeeee_eeee; 10]); // start of the NEON state
+        let (es, ss) = mcontext64_parts(&m, ARM_THREAD_STATE64_COUNT).unwrap();
+        let mut out = [None; ARM64_REG_COUNT];
+        arm64_from_words(ss, Some(es), None, &mut out).unwrap();
+        assert_eq!(out[index_of(ARM64, "far").unwrap()], Some(0x2_042f_a800));
+        assert_eq!(out[index_of(ARM64, "fp").unwrap()], Some(0x1_6f62_90b0));
+        assert_eq!(out[A_CPSR], Some(0x6000_1000));
+        assert!(mcontext64_parts(&m[..71], ARM_THREAD_STATE64_COUNT).is_none());
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - [`images`]: the preallocated image table (double-buffered for refreshes).
 //! - [`writer`]: the raw-fd sink, atomic commit, and the report's section sequence (walk each thread into one
 //!   reusable frame buffer, encode it at once).
+//! - [`raw_buf`]: preallocated buffers the crash owner borrows without a lock.
 //! - [`hooks`]: test hooks (allocation counting, a deliberate fault inside the handler).
 //!
 //! The OS-specific crash-path code (signal handlers, stopping threads, reading memory) is in `platform/<os>/crash/`;
@@ -13,6 +14,7 @@
 
 pub mod hooks;
 pub mod images;
+pub mod raw_buf;
 pub mod reentrancy;
 pub mod threads;
 pub mod user_table;

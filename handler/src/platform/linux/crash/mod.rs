@@ -35,31 +35,7 @@ use report_format::encode::{Exception, Meta, Os, Process};
 pub const FATAL_SIGNALS: [i32; 7] =
     [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGABRT, libc::SIGTRAP, libc::SIGSYS];
 
-/// A preallocated buffer owned by the crash path.
-#[derive(Debug)]
-pub struct RawBuf<T> {
-    ptr: *mut T,
-    len: usize,
-}
-
-impl<T> RawBuf<T> {
-    /// Wraps leaked, preallocated storage (install time).
-    pub fn new(s: &'static mut [T]) -> Self {
-        RawBuf { ptr: s.as_mut_ptr(), len: s.len() }
-    }
-
-    /// The buffer.
-    ///
-    /// # Safety
-    /// The caller must have exclusive use of the buffer: only the crash owner (the thread that won the
-    /// [`CrashGate`]) calls this.
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn get(&self) -> &mut [T] {
-        // SAFETY: `ptr`/`len` come from a leaked `&'static mut [T]` that is never freed; exclusivity is the
-        // caller's obligation.
-        unsafe { core::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
+pub use crate::crash::raw_buf::RawBuf;
 
 /// Text captured at install for the META section.
 #[derive(Debug, Default)]
