@@ -1,5 +1,6 @@
 //! Install-time configuration.
 
+use crate::install::InstallError;
 use std::path::PathBuf;
 
 /// Smallest thread table [`crate::install`] accepts.
@@ -60,5 +61,27 @@ impl Config {
             release_timeout_ms: 10_000,
             stop_signal: None,
         }
+    }
+}
+
+impl Config {
+    /// Checks the limits every backend needs (thread table, frame buffer, alternate stack, crash stack).
+    ///
+    /// # Errors
+    /// [`InstallError::InvalidConfig`] naming the field below its minimum.
+    pub(crate) fn check(&self) -> Result<(), InstallError> {
+        if self.max_threads < MIN_THREADS {
+            return Err(InstallError::InvalidConfig("max_threads is below MIN_THREADS"));
+        }
+        if self.max_frames < MIN_FRAMES {
+            return Err(InstallError::InvalidConfig("max_frames is below MIN_FRAMES"));
+        }
+        if self.alt_stack_size < MIN_ALT_STACK {
+            return Err(InstallError::InvalidConfig("alt_stack_size is below MIN_ALT_STACK"));
+        }
+        if self.crash_stack_size < 64 * 1024 {
+            return Err(InstallError::InvalidConfig("crash_stack_size is below 64 KiB"));
+        }
+        Ok(())
     }
 }

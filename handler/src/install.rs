@@ -3,6 +3,7 @@
 
 use crate::config::Config;
 use std::fmt;
+use std::path::Path;
 
 /// Why install, uninstall or refresh failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,6 +45,32 @@ impl fmt::Display for InstallError {
 
 impl std::error::Error for InstallError {}
 
+/// Creates the report directory (with parents, mode 0700: reports hold memory contents of the app) and opens it;
+/// returns the directory descriptor the crash path writes into (report files are created 0600). Install time.
+///
+/// # Errors
+/// [`InstallError::ReportDir`] when it cannot be created or opened, [`InstallError::InvalidConfig`] for a path with
+/// a NUL byte.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+pub(crate) fn open_report_dir(dir: &Path) -> Result<i32, InstallError> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| InstallError::ReportDir(e.to_string()))?;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| InstallError::InvalidConfig("report_dir contains a NUL byte"))?;
+    // SAFETY: `c` is NUL-terminated and outlives the call.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(InstallError::ReportDir(std::io::Error::last_os_error().to_string()));
+    }
+    Ok(fd)
+}
+
 /// Installs the crash handler.
 ///
 /// Allocates everything the crash path needs (thread table of `config.max_threads` slots, one frame buffer of
@@ -58,13 +85,22 @@ impl std::error::Error for InstallError {}
 ///
 /// # Errors
 /// [`InstallError::AlreadyInstalled`], [`InstallError::InvalidConfig`], [`InstallError::ReportDir`],
-/// [`InstallError::OutOfMemory`], [`InstallError::Os`], or [`InstallError::Unsupported`] off Linux.
+/// [`InstallError::OutOfMemory`], [`InstallError::Os`], or [`InstallError::Unsupported`] off Linux and Apple
+/// platforms.
+///
+/// On Apple platforms (type-checked only, see `crate::platform::darwin`) it also registers the Mach exception port
+/// and starts the two exception threads; the image table is filled by dyld's add-image callback instead of
+/// `dl_iterate_phdr`, so `refresh_images` is not needed there.
 pub fn install(config: &Config) -> Result<(), InstallError> {
     #[cfg(target_os = "linux")]
     {
         crate::platform::linux::install(config)
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(target_vendor = "apple")]
+    {
+        crate::platform::darwin::install(config)
+    }
+    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
     {
         let _ = config;
         Err(InstallError::Unsupported)
@@ -83,7 +119,11 @@ pub fn uninstall() -> Result<(), InstallError> {
     {
         crate::platform::linux::uninstall()
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(target_vendor = "apple")]
+    {
+        crate::platform::darwin::uninstall()
+    }
+    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
     {
         Err(InstallError::NotInstalled)
     }
@@ -99,7 +139,11 @@ pub fn refresh_images() -> Result<usize, InstallError> {
     {
         crate::platform::linux::refresh_images()
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(target_vendor = "apple")]
+    {
+        crate::platform::darwin::refresh_images()
+    }
+    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
     {
         Err(InstallError::NotInstalled)
     }
@@ -111,7 +155,11 @@ pub fn is_installed() -> bool {
     {
         crate::platform::linux::is_installed()
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(target_vendor = "apple")]
+    {
+        crate::platform::darwin::is_installed()
+    }
+    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
     {
         false
     }

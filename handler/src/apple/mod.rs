@@ -13,8 +13,9 @@
 //! - [`ports`]: the exception ports saved at install, per exception type, for restoring and ownership checks.
 //!
 //! Everything here may run at crash time: no allocation, no locks, no panics (the lints below enforce the
-//! indexing/unwrap/arithmetic part outside tests), no formatting. The Darwin-only FFI lives in `darwin`
-//! (`handler/src/platform/darwin/`), compiled only for Apple targets.
+//! indexing/unwrap/arithmetic part outside tests), no formatting. The Darwin backend that drives these (Mach
+//! exception server, signal fallback, dyld image table) is `crate::platform::darwin`, compiled only for Apple
+//! targets.
 
 #![cfg_attr(
     not(test),
@@ -34,7 +35,3 @@ pub mod msg;
 pub mod ports;
 pub use crate::arch::pac;
 pub mod state;
-
-#[cfg(target_vendor = "apple")]
-#[path = "../platform/darwin/mod.rs"]
-pub mod darwin;

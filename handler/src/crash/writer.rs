@@ -106,6 +106,12 @@ impl Sink for FdSink<'_> {
     }
 }
 
+/// Marks 16 random bytes as an RFC 4122 version-4 UUID (version nibble 4, variant bits `10`): report ids.
+pub fn set_uuid_v4_bits(id: &mut [u8; 16]) {
+    id[6] = (id[6] & 0x0f) | 0x40;
+    id[8] = (id[8] & 0x3f) | 0x80;
+}
+
 /// File names of one report, NUL-terminated, in fixed buffers.
 #[derive(Clone, Copy, Debug)]
 pub struct ReportNames {

@@ -1,17 +1,470 @@
-//! Darwin (iOS, macOS, ...) backend: compiled only for `target_vendor = "apple"`. **Type-checked only**: nothing in
-//! this module has run on Apple hardware; it is built by `scripts/check-apple.sh` with clippy for
-//! aarch64-apple-ios, aarch64-apple-ios-sim, x86_64-apple-ios, aarch64-apple-darwin and x86_64-apple-darwin.
+//! The Darwin (iOS, macOS, tvOS, watchOS, visionOS) backend, compiled only for `target_vendor = "apple"`.
 //!
-//! Theory of operation (the full backend lands with the shared crash core, issue 7): an exception server thread
-//! receives `mach_exc` requests ([`crate::apple::msg`]) on a port registered with
-//! `EXCEPTION_STATE_IDENTITY_PROTECTED | MACH_EXCEPTION_CODES` (fallback `EXCEPTION_DEFAULT | MACH_EXCEPTION_CODES`),
-//! suspends the other threads (`task_threads` + `thread_suspend`), reads their registers (`thread_get_state`,
-//! converted by [`crate::apple::state`]) and memory (`mach_vm_read_overwrite` only), writes the report, then
-//! restores the previous exception ports and replies `KERN_FAILURE` so the next handler and ReportCrash still see
-//! the exception. This first slice only holds a few real Mach calls so the Apple type-check covers real Darwin code.
-
+//! **Type-checked only.** Nothing in this module has run on Apple hardware: it is built and linted with
+//! `clippy -D warnings` for aarch64-apple-ios, aarch64-apple-ios-sim, x86_64-apple-ios, aarch64-apple-darwin and
+//! x86_64-apple-darwin by `scripts/check-apple.sh`, and the reporter's static library for aarch64-apple-ios is
+//! compiled to machine code. The pure pieces it relies on (`crate::apple`, `crate::macho`, `crate::arch::pac`, the
+//! shared `crate::crash` core and `crate::unwind`) are tested on every host.
+//!
+//! # Theory of operation
+//!
+//! **Install** ([`install`], may allocate and lock): preallocate everything the crash path touches (thread table,
+//! frame buffer, section and write buffers, `__crash_info` text buffer, the list of suspended threads, the Mach
+//! receive and reply buffers of both exception threads, an alternate signal stack); open the report directory;
+//! start the image table ([`images`]: dyld's add/remove-image callbacks plus dyld itself from `TASK_DYLD_INFO`);
+//! learn the pointer-authentication bit count from `TASK_VM_INFO.max_address` and where libdispatch keeps a queue's
+//! label. Then allocate a receive right with one send right and swap it in with `task_swap_exception_ports` for
+//! `EXC_BAD_ACCESS`, `EXC_BAD_INSTRUCTION`, `EXC_ARITHMETIC` and `EXC_BREAKPOINT` (`EXC_BREAKPOINT` left out when a
+//! debugger is attached: `P_TRACED` from `sysctl(KERN_PROC_PID)`), with behaviour
+//! `EXCEPTION_STATE_IDENTITY_PROTECTED | MACH_EXCEPTION_CODES` (no thread or task control ports are handed out; the
+//! crashed thread is found by its id), falling back to `EXCEPTION_DEFAULT | MACH_EXCEPTION_CODES` on kernels that
+//! refuse it. The previous handlers are kept ([`crate::apple::ports::SavedPorts`]). Two exception threads start
+//! ([`crash::server`]); the secondary parks itself with `thread_suspend`. Finally the signal fallback is installed
+//! for `SIGABRT`, `SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`, `SIGTRAP` and `SIGSYS` (`SA_SIGINFO | SA_ONSTACK |
+//! SA_NODEFER`), with an alternate stack for the installing thread.
+//!
+//! **A fault** (crash path, [`crash`]): the kernel suspends the faulting thread in exception delivery and sends the
+//! request to our port. The primary thread receives it, resumes the secondary, decodes the request
+//! ([`crate::apple::msg::parse_request`]), takes the crash gate with the crashed thread's id, and captures: every
+//! other thread is suspended (`task_threads` + `thread_suspend`; both exception threads excluded), each thread's
+//! id, name (`THREAD_EXTENDED_INFO`), dispatch queue label (bounded fault-proof reads) and registers
+//! (`thread_get_state` of `ARM_THREAD_STATE64` + `ARM_EXCEPTION_STATE64`, or the x86_64 pair; `pc`/`lr` stripped of
+//! PAC bits) go into the shared thread table; the `__crash_info` messages of every image are read; the shared
+//! writer walks each stack with `mach_vm_read_overwrite` and commits the report (temporary name, `fsync`, `rename`).
+//! Then the threads are resumed, every right and the thread list are released, the saved exception ports are put
+//! back, and the request is answered `KERN_FAILURE`, so the host-level handler (ReportCrash) still sees the crash,
+//! the kernel delivers the signal, and our signal handler — seeing the report is written — restores the previous
+//! actions and lets the fault repeat: the re-executed instruction now reaches the restored previous Mach handler
+//! and then the previous signal handler or the default action.
+//!
+//! **Faults the Mach path does not see** go to the signal fallback ([`crash::signals`]): `abort()` (SIGABRT), kills
+//! by software, and every fault while our ports are not registered (a debugger or another library replaced them).
+//! It captures on the faulting thread itself with the same `capture` (registers from the signal's `ucontext`).
+//!
+//! **Faults inside the handler**: a fault on the primary exception thread is raised on our own port and received by
+//! the secondary, which writes a minimal report from the record the primary saved; a fault inside the signal
+//! fallback is received by the primary (the owner is stopped in its exception) and gets a minimal report too.
+//! Every wait is bounded.
+//!
+//! **Not covered**: a crash while a debugger holds the exception ports reaches us only as a signal; a stack
+//! overflow on a thread without an alternate stack is caught by the Mach path only; Swift/ObjC frames without frame
+//! pointers are walked by frame pointers only (no compact unwind yet); exceptions we do not register
+//! (`EXC_RESOURCE`, `EXC_GUARD`, `EXC_CRASH` after `abort()`) are not captured by the Mach path.
 #![allow(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
-mod ffi_check;
+pub mod crash;
+pub(crate) mod ffi;
+pub mod images;
 
-pub use ffi_check::{count_threads, ThreadCountError};
+use self::crash::mach::{self, FLAVORS};
+use self::crash::server::{self, Role};
+use self::crash::{CrashRecord, State, Text, FATAL_SIGNALS, MAX_MESSAGES, MESSAGE_BYTES, STATE};
+use crate::apple::dyld::{kinfo_proc_is_traced, task_vm_info_max_address, KINFO_PROC_SIZE, TASK_VM_INFO};
+use crate::apple::exc::{
+    EXCEPTION_DEFAULT, EXCEPTION_STATE_IDENTITY_PROTECTED, EXC_MASK_ARITHMETIC, EXC_MASK_BAD_ACCESS,
+    EXC_MASK_BAD_INSTRUCTION, EXC_MASK_BREAKPOINT, MACH_EXCEPTION_CODES,
+};
+use crate::apple::msg::{REPLY_BUFFER_SIZE, REQUEST_BUFFER_SIZE};
+use crate::apple::pac::{PacStrip, IOS_ARM64_VA_BITS, MACOS_ARM64_VA_BITS};
+use crate::apple::ports::{SavedPorts, EXC_TYPES_COUNT};
+use crate::config::Config;
+use crate::crash::images::{ImageEntry, ImageList, ImageTable};
+use crate::crash::raw_buf::RawBuf;
+use crate::crash::threads::{ThreadSlot, ThreadTable};
+use crate::install::InstallError;
+use crate::unwind::Repeat;
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use mach2::kern_return::KERN_SUCCESS;
+use mach2::mach_port::{mach_port_allocate, mach_port_insert_right, mach_port_mod_refs};
+use mach2::message::{mach_msg_type_number_t, MACH_MSG_TYPE_MAKE_SEND};
+use mach2::port::{mach_port_t, MACH_PORT_NULL, MACH_PORT_RIGHT_RECEIVE};
+use mach2::task::{task_info, task_swap_exception_ports};
+use std::sync::Mutex;
+
+/// Bytes of one section's scratch buffer.
+const SCRATCH_BYTES: usize = 64 * 1024;
+/// Bytes of the file sink's write buffer.
+const WRITE_BUF_BYTES: usize = 64 * 1024;
+/// Repeat records per thread.
+const REPEATS: usize = 32;
+/// Stack of each exception thread, bytes.
+const EXC_THREAD_STACK: usize = 256 * 1024;
+
+/// What install changed, so uninstall can undo it.
+struct Installed {
+    state: &'static State,
+    old_altstack: libc::stack_t,
+    installer: u32,
+}
+
+// SAFETY: `old_altstack` holds a plain pointer value that is only handed back to `sigaltstack`.
+unsafe impl Send for Installed {}
+
+static INSTALLED: Mutex<Option<Installed>> = Mutex::new(None);
+
+fn leak_slice<T: Clone>(n: usize, v: T) -> Result<&'static mut [T], InstallError> {
+    let mut vec = Vec::new();
+    vec.try_reserve_exact(n).map_err(|_| InstallError::OutOfMemory)?;
+    vec.resize(n, v);
+    Ok(Vec::leak(vec))
+}
+
+fn leak_bytes(b: &[u8]) -> &'static [u8] {
+    Vec::leak(b.to_vec())
+}
+
+fn os_err(what: &'static str, kr: i32) -> InstallError {
+    InstallError::Os { what, errno: kr }
+}
+
+/// `sysctlbyname(name)` as bytes (NUL cut), empty when unavailable.
+fn sysctl_text(name: &std::ffi::CStr) -> &'static [u8] {
+    let mut buf = [0u8; 256];
+    let mut len: libc::size_t = buf.len();
+    // SAFETY: `name` is NUL-terminated; `buf`/`len` describe a writable buffer; no new value is set.
+    let r = unsafe { libc::sysctlbyname(name.as_ptr(), buf.as_mut_ptr().cast(), &mut len, core::ptr::null_mut(), 0) };
+    if r != 0 {
+        return b"";
+    }
+    let s = buf.get(..len.min(buf.len())).unwrap_or(&[]);
+    leak_bytes(s.split(|b| *b == 0).next().unwrap_or(&[]))
+}
+
+fn os_name() -> &'static [u8] {
+    if cfg!(target_os = "ios") {
+        b"iOS"
+    } else if cfg!(target_os = "macos") {
+        b"macOS"
+    } else if cfg!(target_os = "tvos") {
+        b"tvOS"
+    } else if cfg!(target_os = "watchos") {
+        b"watchOS"
+    } else if cfg!(target_os = "visionos") {
+        b"visionOS"
+    } else {
+        b"Darwin"
+    }
+}
+
+fn text(config: &Config) -> Text {
+    let exe = std::env::current_exe().map(|p| p.as_os_str().as_encoded_bytes().to_vec()).unwrap_or_default();
+    let exe_path = leak_bytes(&exe);
+    let model = if cfg!(target_os = "macos") { sysctl_text(c"hw.model") } else { sysctl_text(c"hw.machine") };
+    Text {
+        os_name: os_name(),
+        os_version: sysctl_text(c"kern.osproductversion"),
+        os_build: sysctl_text(c"kern.osversion"),
+        hardware_model: model,
+        exe_path,
+        exe_name: leak_bytes(exe.rsplit(|b| *b == b'/').next().unwrap_or(&[])),
+        app_id: leak_bytes(config.app_id.as_bytes()),
+        short_version: leak_bytes(config.short_version.as_bytes()),
+        build_version: leak_bytes(config.build_version.as_bytes()),
+        parent_name: b"",
+    }
+}
+
+/// PAC stripper for this task: the address-space bound from `TASK_VM_INFO`, else the platform's
+/// `MACH_VM_MAX_ADDRESS`; `None` on x86_64.
+fn pac_strip() -> Option<PacStrip> {
+    if !cfg!(target_arch = "aarch64") {
+        return None;
+    }
+    let mut words = [0u32; 96];
+    let mut count = words.len() as mach_msg_type_number_t;
+    // SAFETY: `words` is writable for `count` integers, as task_info requires.
+    let kr = unsafe { task_info(mach::task(), TASK_VM_INFO, words.as_mut_ptr().cast(), &mut count) };
+    let from_vm = if kr == KERN_SUCCESS { task_vm_info_max_address(&words, count as usize) } else { None };
+    from_vm.and_then(PacStrip::covering).or_else(|| {
+        PacStrip::with_va_bits(if cfg!(target_os = "macos") { MACOS_ARM64_VA_BITS } else { IOS_ARM64_VA_BITS })
+    })
+}
+
+/// Where libdispatch keeps the label pointer inside a queue object: found on the main queue, whose label pointer
+/// `dispatch_queue_get_label` tells us, by scanning the first 256 bytes of the object (fault-proof reads).
+fn queue_label_offset() -> Option<u64> {
+    // Only the address of libdispatch's main queue object is taken (no read), which needs no `unsafe`.
+    let q = core::ptr::addr_of!(ffi::_dispatch_main_q) as u64;
+    // SAFETY: a valid queue object (the main queue); the call only reads its label field.
+    let label = unsafe { ffi::dispatch_queue_get_label(q as *const core::ffi::c_void) } as u64;
+    if label == 0 {
+        return None;
+    }
+    let r = mach::TaskReader::new();
+    (0..32u64).map(|i| i * 8).find(|off| r.read_u64(q + off) == Some(label))
+}
+
+fn debugger_attached() -> bool {
+    let mut buf = [0u8; KINFO_PROC_SIZE];
+    let mut len: libc::size_t = buf.len();
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let mut mib = [ffi::CTL_KERN, ffi::KERN_PROC, ffi::KERN_PROC_PID, pid];
+    // SAFETY: `mib` names a 4-level kinfo_proc query; `buf`/`len` describe a writable buffer of its size.
+    let r = unsafe { libc::sysctl(mib.as_mut_ptr(), 4, buf.as_mut_ptr().cast(), &mut len, core::ptr::null_mut(), 0) };
+    r == 0 && kinfo_proc_is_traced(&buf).unwrap_or(false)
+}
+
+/// Allocates our exception port: a receive right plus one send right.
+fn allocate_port() -> Result<mach_port_t, InstallError> {
+    let task = mach::task();
+    let mut port: mach_port_t = MACH_PORT_NULL;
+    // SAFETY: valid out-pointer.
+    let kr = unsafe { mach_port_allocate(task, MACH_PORT_RIGHT_RECEIVE, &mut port) };
+    if kr != KERN_SUCCESS {
+        return Err(os_err("mach_port_allocate", kr));
+    }
+    // SAFETY: `port` names the receive right just allocated.
+    let kr = unsafe { mach_port_insert_right(task, port, port, MACH_MSG_TYPE_MAKE_SEND) };
+    if kr != KERN_SUCCESS {
+        // SAFETY: dropping the receive right we own.
+        unsafe { mach_port_mod_refs(task, port, MACH_PORT_RIGHT_RECEIVE, -1) };
+        return Err(os_err("mach_port_insert_right", kr));
+    }
+    Ok(port)
+}
+
+/// Swaps our port in for `mask`: the protected behaviour first, then `EXCEPTION_DEFAULT`. Returns the saved
+/// previous handlers.
+fn swap_ports(port: mach_port_t, mask: u32) -> Result<SavedPorts, InstallError> {
+    let (native, _, _, _) = FLAVORS;
+    let attempts = [
+        (EXCEPTION_STATE_IDENTITY_PROTECTED | MACH_EXCEPTION_CODES, native),
+        (EXCEPTION_DEFAULT | MACH_EXCEPTION_CODES, crash::state_none()),
+    ];
+    let mut last = 0;
+    for (behavior, flavor) in attempts {
+        let mut masks = [0u32; EXC_TYPES_COUNT];
+        let mut ports = [0u32; EXC_TYPES_COUNT];
+        let mut behaviors = [0i32; EXC_TYPES_COUNT];
+        let mut flavors = [0i32; EXC_TYPES_COUNT];
+        let mut count = EXC_TYPES_COUNT as mach_msg_type_number_t;
+        // SAFETY: four writable arrays of EXC_TYPES_COUNT entries and their count, as the call requires.
+        let kr = unsafe {
+            task_swap_exception_ports(
+                mach::task(),
+                mask,
+                port,
+                behavior as i32,
+                flavor,
+                masks.as_mut_ptr(),
+                &mut count,
+                ports.as_mut_ptr(),
+                behaviors.as_mut_ptr(),
+                flavors.as_mut_ptr(),
+            )
+        };
+        if kr == KERN_SUCCESS {
+            let b: Vec<u32> = behaviors.iter().map(|v| *v as u32).collect();
+            return Ok(SavedPorts::from_arrays(&masks, &ports, &b, &flavors, count as usize));
+        }
+        last = kr;
+    }
+    Err(os_err("task_swap_exception_ports", last))
+}
+
+/// Maps `size` bytes plus a guard page below for an alternate signal stack; returns (base, size).
+fn map_stack(size: usize) -> Result<(usize, usize), InstallError> {
+    // SAFETY: sysconf has no preconditions.
+    let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
+    let size = size.div_ceil(page) * page;
+    // SAFETY: anonymous private mapping with no address hint; the result is checked.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            size + page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANON,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(os_err("mmap of a signal stack", std::io::Error::last_os_error().raw_os_error().unwrap_or(0)));
+    }
+    // SAFETY: the first page of our own fresh mapping becomes the guard page.
+    unsafe { libc::mprotect(p, page, libc::PROT_NONE) };
+    Ok((p as usize + page, size))
+}
+
+/// Waits (at most 1 s) until the secondary exception thread has parked itself.
+fn wait_secondary_parked(st: &State) {
+    for _ in 0..1000 {
+        let port = st.secondary_port.load(Ordering::Acquire);
+        if port != MACH_PORT_NULL {
+            // SAFETY: an all-zero thread_basic_info is a valid out-value.
+            let mut info: libc::thread_basic_info = unsafe { core::mem::zeroed() };
+            let mut count = libc::THREAD_BASIC_INFO_COUNT;
+            // SAFETY: `info` is writable for `count` integers, as thread_info requires for this flavor.
+            let kr = unsafe {
+                libc::thread_info(
+                    port,
+                    libc::THREAD_BASIC_INFO as libc::thread_flavor_t,
+                    (&mut info as *mut libc::thread_basic_info).cast(),
+                    &mut count,
+                )
+            };
+            if kr == KERN_SUCCESS && info.suspend_count > 0 {
+                return;
+            }
+        }
+        crash::sleep_ns(1_000_000);
+    }
+}
+
+/// Installs the handler. See [`crate::install`].
+pub fn install(config: &Config) -> Result<(), InstallError> {
+    let mut guard = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    if guard.is_some() {
+        return Err(InstallError::AlreadyInstalled);
+    }
+    config.check()?;
+    let dir_fd = crate::install::open_report_dir(&config.report_dir)?;
+    let close_dir = |e: InstallError| {
+        // SAFETY: closing the descriptor opened above.
+        unsafe { libc::close(dir_fd) };
+        e
+    };
+
+    let mk_list = || -> Result<ImageList, InstallError> {
+        Ok(ImageList::from_parts(
+            leak_slice(config.max_images, ImageEntry::default())?,
+            leak_slice(config.image_path_bytes, 0u8)?,
+        ))
+    };
+    let images: &'static ImageTable =
+        Box::leak(Box::new(ImageTable::new(mk_list().map_err(close_dir)?, mk_list().map_err(close_dir)?)));
+    images::start(images);
+
+    let slots: &'static [ThreadSlot] = {
+        let mut v = Vec::new();
+        v.try_reserve_exact(config.max_threads).map_err(|_| close_dir(InstallError::OutOfMemory))?;
+        v.extend((0..config.max_threads).map(|_| ThreadSlot::new()));
+        Vec::leak(v)
+    };
+
+    let mut mask = EXC_MASK_BAD_ACCESS | EXC_MASK_BAD_INSTRUCTION | EXC_MASK_ARITHMETIC | EXC_MASK_BREAKPOINT;
+    if debugger_attached() {
+        mask &= !EXC_MASK_BREAKPOINT;
+    }
+    // Mach registration failing is not fatal: the signal fallback then catches every fatal signal.
+    let (exc_port, mask, saved_ports) = match allocate_port().and_then(|p| swap_ports(p, mask).map(|s| (p, s))) {
+        Ok((p, s)) => (p, mask, s),
+        Err(_) => (MACH_PORT_NULL, 0, SavedPorts::EMPTY),
+    };
+
+    // SAFETY: an all-zero sigaction is a valid placeholder (SIG_DFL, empty mask); install overwrites them.
+    let zero_action: libc::sigaction = unsafe { core::mem::zeroed() };
+    let state = State {
+        dir_fd,
+        threads: ThreadTable::new(slots),
+        images,
+        scratch: RawBuf::new(leak_slice(SCRATCH_BYTES, 0u8).map_err(close_dir)?),
+        write_buf: RawBuf::new(leak_slice(WRITE_BUF_BYTES, 0u8).map_err(close_dir)?),
+        frames: RawBuf::new(leak_slice(config.max_frames, 0u64).map_err(close_dir)?),
+        repeats: RawBuf::new(leak_slice(REPEATS, Repeat::default()).map_err(close_dir)?),
+        messages: RawBuf::new(leak_slice(MAX_MESSAGES * MESSAGE_BYTES, 0u8).map_err(close_dir)?),
+        suspended: RawBuf::new(leak_slice(config.max_threads, 0u32).map_err(close_dir)?),
+        text: text(config),
+        pac: pac_strip(),
+        queue_label_offset: queue_label_offset(),
+        exc_port,
+        mask,
+        saved_ports,
+        primary_port: AtomicU32::new(MACH_PORT_NULL),
+        primary_tid: AtomicU64::new(0),
+        secondary_port: AtomicU32::new(MACH_PORT_NULL),
+        prev_actions: [zero_action; 7],
+        reported: AtomicBool::new(false),
+        done: AtomicBool::new(false),
+        record: UnsafeCell::new(CrashRecord::EMPTY),
+    };
+    let state_ptr: *mut State = Box::into_raw(Box::new(state));
+    // SAFETY: just leaked; never freed.
+    let st: &'static State = unsafe { &*state_ptr };
+    STATE.store(state_ptr, Ordering::Release);
+
+    if exc_port != MACH_PORT_NULL {
+        let words = |bytes: usize| bytes.div_ceil(4);
+        for role in [Role::Secondary, Role::Primary] {
+            let rx = leak_slice(words(REQUEST_BUFFER_SIZE), 0u32)?;
+            let tx = leak_slice(words(REPLY_BUFFER_SIZE), 0u32)?;
+            let name = if role == Role::Primary { "crash-exc-primary" } else { "crash-exc-secondary" };
+            std::thread::Builder::new()
+                .name(name.into())
+                .stack_size(EXC_THREAD_STACK)
+                .spawn(move || server::run(st, role, rx, tx))
+                .map_err(|e| os_err("spawning an exception thread", e.raw_os_error().unwrap_or(0)))?;
+            if role == Role::Secondary {
+                wait_secondary_parked(st);
+            }
+        }
+    }
+
+    let (alt_base, alt_size) = map_stack(config.alt_stack_size)?;
+    // SAFETY: plain libc calls with valid in/out pointers; the handler has the SA_SIGINFO signature; the previous
+    // actions are written into the leaked state before any handler can read them for this signal.
+    let old_alt = unsafe {
+        let mut old_alt: libc::stack_t = core::mem::zeroed();
+        let new_alt = libc::stack_t { ss_sp: alt_base as *mut libc::c_void, ss_flags: 0, ss_size: alt_size };
+        libc::sigaltstack(&new_alt, &mut old_alt);
+        let mut act: libc::sigaction = core::mem::zeroed();
+        act.sa_sigaction = crash::signals::fatal_handler as *const () as usize;
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER;
+        libc::sigemptyset(&mut act.sa_mask);
+        for (i, sig) in FATAL_SIGNALS.iter().enumerate() {
+            let slot = (*state_ptr).prev_actions.as_mut_ptr().add(i);
+            libc::sigaction(*sig, &act, slot);
+        }
+        old_alt
+    };
+    *guard = Some(Installed { state: st, old_altstack: old_alt, installer: server::own_port() });
+    Ok(())
+}
+
+/// Uninstalls the handler. See [`crate::uninstall`].
+pub fn uninstall() -> Result<(), InstallError> {
+    let mut guard = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(inst) = guard.take() else { return Err(InstallError::NotInstalled) };
+    let st = inst.state;
+    // SAFETY: restoring the actions saved at install, with valid pointers.
+    unsafe {
+        for (sig, prev) in FATAL_SIGNALS.iter().zip(st.prev_actions.iter()) {
+            libc::sigaction(*sig, prev, core::ptr::null_mut());
+        }
+        if server::own_port() == inst.installer {
+            libc::sigaltstack(&inst.old_altstack, core::ptr::null_mut());
+        }
+    }
+    if st.exc_port != MACH_PORT_NULL {
+        mach::restore_ports(st.mask, &st.saved_ports, crash::state_none());
+        // Destroying the receive right ends both exception threads' receive loops (MACH_RCV_PORT_DIED).
+        // SAFETY: we own the receive right; the threads hold no other reference to it.
+        unsafe { mach_port_mod_refs(mach::task(), st.exc_port, MACH_PORT_RIGHT_RECEIVE, -1) };
+        let secondary = st.secondary_port.load(Ordering::Acquire);
+        if secondary != MACH_PORT_NULL {
+            mach::resume(secondary);
+        }
+    }
+    // SAFETY: closing the directory opened at install.
+    unsafe { libc::close(st.dir_fd) };
+    STATE.store(core::ptr::null_mut(), Ordering::Release);
+    Ok(())
+}
+
+/// Re-publishes the image table. See [`crate::refresh_images`]; on Apple platforms the dyld callbacks keep the
+/// table current, so this is rarely needed.
+pub fn refresh_images() -> Result<usize, InstallError> {
+    let guard = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    if guard.is_none() {
+        return Err(InstallError::NotInstalled);
+    }
+    Ok(images::refresh())
+}
+
+/// Whether the handler is installed.
+pub fn is_installed() -> bool {
+    INSTALLED.lock().map(|g| g.is_some()).unwrap_or(false)
+}

@@ -7,16 +7,14 @@ pub mod images;
 
 use self::crash::{sys, CrashRecord, RawBuf, State, Text, FATAL_SIGNALS, STATE};
 use crate::arch::RegisterValues;
-use crate::config::{Config, MIN_ALT_STACK, MIN_FRAMES, MIN_THREADS};
+use crate::config::Config;
 use crate::crash::images::{ImageEntry, ImageList, ImageTable};
 use crate::crash::threads::{ThreadSlot, ThreadTable};
 use crate::install::InstallError;
 use crate::unwind::Repeat;
 use core::cell::UnsafeCell;
 use core::sync::atomic::Ordering;
-use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::DirBuilderExt;
 use std::sync::Mutex;
 
 /// Bytes of one section's scratch buffer.
@@ -96,36 +94,13 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     if guard.is_some() {
         return Err(InstallError::AlreadyInstalled);
     }
-    if config.max_threads < MIN_THREADS {
-        return Err(InstallError::InvalidConfig("max_threads is below MIN_THREADS"));
-    }
-    if config.max_frames < MIN_FRAMES {
-        return Err(InstallError::InvalidConfig("max_frames is below MIN_FRAMES"));
-    }
-    if config.alt_stack_size < MIN_ALT_STACK {
-        return Err(InstallError::InvalidConfig("alt_stack_size is below MIN_ALT_STACK"));
-    }
-    if config.crash_stack_size < 64 * 1024 {
-        return Err(InstallError::InvalidConfig("crash_stack_size is below 64 KiB"));
-    }
+    config.check()?;
     let stop_signal = config.stop_signal.unwrap_or_else(|| libc::SIGRTMAX() - 4);
     if stop_signal < libc::SIGRTMIN() || stop_signal > libc::SIGRTMAX() {
         return Err(InstallError::InvalidConfig("stop_signal is not a real-time signal"));
     }
 
-    // Reports hold memory contents of the app: the directory is private (0700), report files are 0600.
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&config.report_dir)
-        .map_err(|e| InstallError::ReportDir(e.to_string()))?;
-    let dir = CString::new(config.report_dir.as_os_str().as_bytes())
-        .map_err(|_| InstallError::InvalidConfig("report_dir contains a NUL byte"))?;
-    // SAFETY: `dir` is NUL-terminated.
-    let dir_fd = unsafe { libc::open(dir.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
-    if dir_fd < 0 {
-        return Err(InstallError::ReportDir(std::io::Error::last_os_error().to_string()));
-    }
+    let dir_fd = crate::install::open_report_dir(&config.report_dir)?;
 
     let built = build_state(config, dir_fd, stop_signal);
     let state: &'static State = match built {

@@ -328,8 +328,7 @@ fn report_id(tid: u64) -> [u8; 16] {
         id[..8].copy_from_slice(&a.to_le_bytes());
         id[8..].copy_from_slice(&b.to_le_bytes());
     }
-    id[6] = (id[6] & 0x0f) | 0x40;
-    id[8] = (id[8] & 0x3f) | 0x80;
+    writer::set_uuid_v4_bits(&mut id);
     id
 }
 
