@@ -4,6 +4,10 @@
 //! Storage: `<store>/<REPORT-ID>.crashreport`, written to a temporary name and then hard-linked into place, so two
 //! uploads of the same id at once store it once (the second link fails with "exists" and is answered `200`).
 //! Plain HTTP, meant for loopback and for tests; put a TLS-terminating proxy in front for anything else.
+//!
+//! Besides uploads (`POST`, any path) it answers `GET /` with a one-line summary and `GET /reports` with the stored
+//! report ids, one per line, oldest capture first (what `viewer list` shows, machine-readable; `ios-harness` polls
+//! it to see an upload arrive).
 
 use crate::names::{signal_name, SignalOs};
 use report_format::framing::FILE_SUFFIX;
@@ -127,7 +131,14 @@ impl Collector {
                 let n = list(&self.store).map(|v| v.len()).unwrap_or(0);
                 return a(200, format!("crash report collector: {n} reports stored\n"));
             }
-            _ => return a(405, "only POST uploads are accepted\n".into()),
+            // Machine-readable list for test harnesses (ios-harness polls it to see an upload arrive).
+            tiny_http::Method::Get if req.url().split('?').next() == Some("/reports") => {
+                return match list(&self.store) {
+                    Ok(v) => a(200, v.iter().map(|r| format!("{}\n", r.id)).collect()),
+                    Err(e) => a(500, format!("cannot list the store: {e}\n")),
+                };
+            }
+            _ => return a(405, "only POST uploads (and GET / or GET /reports) are accepted\n".into()),
         }
         let ctype = header(req, "Content-Type").unwrap_or_default();
         if ctype.split(';').next().map(str::trim) != Some(CONTENT_TYPE) {

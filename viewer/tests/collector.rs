@@ -39,6 +39,19 @@ fn post(addr: SocketAddr, ctype: &str, id: Option<&str>, body: &[u8]) -> (u16, S
     (status, body)
 }
 
+/// Sends one GET and returns (status, body).
+fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).expect("head");
+    let mut resp = Vec::new();
+    let _ = s.read_to_end(&mut resp);
+    let text = String::from_utf8_lossy(&resp).into_owned();
+    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    (status, body)
+}
+
 struct Running {
     addr: SocketAddr,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -137,4 +150,28 @@ fn viewer_list_prints_the_store() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("01010101-0101-0101-0101-010101010101  1970-01-01 00:00:01.0000 +0000  Demo"), "{text}");
     assert!(text.ends_with("1 report\n"), "{text}");
+}
+
+#[test]
+fn get_reports_lists_stored_ids_oldest_capture_first() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let srv = start(dir.path(), 64 * 1024);
+    assert_eq!(get(srv.addr, "/reports"), (200, String::new()), "empty store: empty list");
+    assert_eq!(get(srv.addr, "/").1, "crash report collector: 0 reports stored\n");
+
+    // Uploaded newest first; listed by capture time (report(n) is captured at n seconds).
+    for id in [7u8, 3, 5] {
+        assert_eq!(post(srv.addr, CONTENT_TYPE, None, &report(id)).0, 201);
+    }
+    let (st, body) = get(srv.addr, "/reports");
+    assert_eq!(st, 200);
+    assert_eq!(
+        body,
+        "03030303-0303-0303-0303-030303030303\n\
+         05050505-0505-0505-0505-050505050505\n\
+         07070707-0707-0707-0707-070707070707\n"
+    );
+    assert_eq!(get(srv.addr, "/reports?after=now").1, body, "a query string is ignored");
+    assert_eq!(get(srv.addr, "/").1, "crash report collector: 3 reports stored\n");
+    assert_eq!(get(srv.addr, "/elsewhere").0, 405);
 }
