@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# Builds the reporter static library for iOS and packages it as CrashReporter.xcframework, which Swift imports as
+# `import CrashReporter` (the C ABI of reporter/src/ffi.rs, header reporter/include/crash_reporter.h).
+#
+# Usage:
+#   scripts/build-xcframework.sh                 on a Mac: release static libraries for the three iOS targets,
+#                                                simulator slices joined with lipo, XCFramework with header and
+#                                                module map in target/ios/CrashReporter.xcframework
+#   scripts/build-xcframework.sh --cargo-only    anywhere with Debian's Rust (the Linux CI): only the cargo part,
+#                                                with -Zbuild-std, in target/apple (debug profile, the same builds
+#                                                as the CI step it replaces), then the checks below
+#   --debug / --release                          profile (default: release on a Mac, debug with --cargo-only)
+#   --targets "T1 T2"                            subset of the three targets (--cargo-only only; default: all three)
+#
+# Checks, in both modes, for every static library built:
+#   - the file exists and every member is a Mach-O object for the target's CPU (ARM64 / X86_64);
+#   - every object names its platform, and it is the one the target requires: iOS for aarch64-apple-ios, the iOS
+#     Simulator for aarch64-apple-ios-sim (LC_BUILD_VERSION), iOS-or-simulator for x86_64-apple-ios (the linker
+#     treats x86_64 iOS objects as simulator objects). A device slice in a simulator app fails to link ("building
+#     for iOS Simulator, but linking in object file built for iOS");
+#   - every function the header declares (crash_reporter_*) is defined and exported by the library, and the library
+#     exports no crash_reporter_* function the header lacks (a stale header).
+# Whether the header matches reporter/src/ffi.rs is checked by `cargo test -p reporter --test header` (part of
+# `cargo test --workspace`); this script does not repeat it.
+#
+# Mac requirements (full mode): Xcode 15+ (xcodebuild, lipo), rustup. The script runs
+# `rustup target add aarch64-apple-ios aarch64-apple-ios-sim x86_64-apple-ios` when rustup is present.
+# Linux requirements (--cargo-only): Debian's rustc-web cargo-web rust-web-src (see ../shared/docs/toolchain.md §1)
+# and llvm (llvm-nm, llvm-objdump). Never `rustup target add` on the Linux CI machine.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+header="$repo/reporter/include/crash_reporter.h"
+all_targets=(aarch64-apple-ios aarch64-apple-ios-sim x86_64-apple-ios)
+
+mode=full
+profile=""
+targets=("${all_targets[@]}")
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --cargo-only) mode="cargo-only" ;;
+    --debug) profile=debug ;;
+    --release) profile=release ;;
+    --targets)
+      [ "$#" -ge 2 ] || { echo "build-xcframework: --targets needs a value" >&2; exit 2; }
+      read -r -a targets <<<"$2"
+      shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "build-xcframework: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+for t in "${targets[@]}"; do
+  case " ${all_targets[*]} " in
+    *" $t "*) ;;
+    *) echo "build-xcframework: unsupported target $t (one of: ${all_targets[*]})" >&2; exit 2 ;;
+  esac
+done
+if [ "$mode" = full ] && [ "${#targets[@]}" -ne 3 ]; then
+  echo "build-xcframework: --targets is for --cargo-only; the XCFramework needs all three targets" >&2
+  exit 2
+fi
+if [ -z "$profile" ]; then
+  if [ "$mode" = full ]; then profile=release; else profile=debug; fi
+fi
+profile_args=()
+[ "$profile" = release ] && profile_args=(--release)
+
+log() { printf '==> build-xcframework: %s\n' "$*"; }
+die() { printf 'build-xcframework: %s\n' "$*" >&2; exit 1; }
+
+# --- tools -------------------------------------------------------------------------------------------------------
+if [ "$mode" = cargo-only ]; then
+  # Debian's compiler and cargo, exactly like .ci/run's Apple steps: rustup's stable rustc cannot build the std
+  # source Debian ships, and -Zbuild-std needs RUSTC_BOOTSTRAP on a stable compiler (cross-target builds only).
+  export PATH="/usr/bin:$PATH"
+  export RUSTC=/usr/bin/rustc
+  export RUSTC_BOOTSTRAP=1
+  unset RUSTC_WRAPPER RUSTFLAGS CARGO_BUILD_RUSTFLAGS CARGO_ENCODED_RUSTFLAGS
+  cargo=(/usr/bin/cargo)
+  target_dir="${APPLE_TARGET_DIR:-$repo/target/apple}"
+  build_std=("-Zbuild-std=std,panic_abort")
+  for tool in /usr/bin/cargo /usr/bin/rustc; do
+    [ -x "$tool" ] || die "$tool missing; install rustc-web cargo-web rust-web-src (Debian)"
+  done
+  [ -d /usr/lib/rustlib/src/rust/library ] || die "std source missing; install rust-web-src (Debian)"
+  nm_tool=(llvm-nm)
+  objdump_tool=(llvm-objdump)
+  if ! command -v llvm-nm >/dev/null || ! command -v llvm-objdump >/dev/null; then
+    die "llvm-nm or llvm-objdump missing; install llvm (Debian)"
+  fi
+else
+  [ "$(uname -s)" = Darwin ] || die "the full build needs a Mac with Xcode; use --cargo-only elsewhere"
+  command -v xcodebuild >/dev/null || die "xcodebuild missing: install Xcode and run xcode-select -s /Applications/Xcode.app"
+  command -v cargo >/dev/null || die "cargo missing: install Rust with rustup (https://rustup.rs)"
+  if command -v rustup >/dev/null; then
+    rustup target add "${all_targets[@]}"
+  else
+    log "rustup not found; assuming the standard libraries for ${all_targets[*]} are installed"
+  fi
+  cargo=(cargo)
+  target_dir="${CARGO_TARGET_DIR:-$repo/target}"
+  # Objects built for the app's minimum iOS (ios-harness/project.yml), so the linker does not warn about objects
+  # built for a newer iOS than the app.
+  export IPHONEOS_DEPLOYMENT_TARGET="${IPHONEOS_DEPLOYMENT_TARGET:-16.0}"
+  build_std=()
+  # Xcode's nm and objdump are LLVM's and take the same options; prefer llvm-* when installed (e.g. Homebrew).
+  if command -v llvm-nm >/dev/null && command -v llvm-objdump >/dev/null; then
+    nm_tool=(llvm-nm)
+    objdump_tool=(llvm-objdump)
+  else
+    nm_tool=(xcrun nm)
+    objdump_tool=(xcrun objdump)
+  fi
+fi
+[ -f "$header" ] || die "header missing: $header"
+
+# --- checks ------------------------------------------------------------------------------------------------------
+# Functions the header declares: `... crash_reporter_xxx(`.
+header_functions() {
+  grep -oE '\bcrash_reporter_[a-z0-9_]+\(' "$header" | tr -d '(' | sort -u
+}
+
+check_lib() { # check_lib TARGET LIBRARY
+  local t="$1" lib="$2" want_cpu allowed_platforms summary objects cpus platforms with_platform
+  [ -s "$lib" ] || die "$t: $lib missing or empty"
+  case "$t" in
+    aarch64-*) want_cpu=ARM64 ;;
+    x86_64-*) want_cpu=X86_64 ;;
+  esac
+  # Platform load command of each object, as llvm-objdump prints it: LC_VERSION_MIN_IPHONEOS ("ios-min": iOS, or
+  # the simulator when the CPU is x86_64) or LC_BUILD_VERSION's platform ("ios", "iossimulator", or a number:
+  # 2 = PLATFORM_IOS, 7 = PLATFORM_IOSSIMULATOR).
+  case "$t" in
+    aarch64-apple-ios) allowed_platforms="ios-min ios 2" ;;
+    aarch64-apple-ios-sim) allowed_platforms="iossimulator 7" ;;
+    x86_64-apple-ios) allowed_platforms="ios-min iossimulator 7" ;;
+  esac
+
+  # One pass over every member's Mach-O header and load commands.
+  summary="$("${objdump_tool[@]}" --macho --private-headers "$lib" 2>&1 | awk '
+    /^Mach header/ { objects++ }
+    /magic +cputype/ { getline; cpu[$2]++ }
+    /cmd LC_VERSION_MIN_IPHONEOS/ { platform["ios-min"]++ }
+    /cmd LC_BUILD_VERSION/ { build_version = 1; next }
+    build_version && /^ *platform / { platform[$2]++; build_version = 0 }
+    END {
+      printf "objects %d\n", objects
+      for (c in cpu) printf "cpu %s %d\n", c, cpu[c]
+      for (p in platform) printf "platform %s %d\n", p, platform[p]
+    }')"
+  objects="$(awk '$1 == "objects" {print $2}' <<<"$summary")"
+  cpus="$(awk '$1 == "cpu" {print $2 "=" $3}' <<<"$summary" | tr '\n' ' ')"
+  platforms="$(awk '$1 == "platform" {print $2 "=" $3}' <<<"$summary" | tr '\n' ' ')"
+  [ "${objects:-0}" -gt 0 ] || die "$t: $lib: no Mach-O objects found"
+  [ "$cpus" = "$want_cpu=$objects " ] || die "$t: $lib: want $objects $want_cpu objects, found: $cpus"
+  with_platform=0
+  while read -r kind value count; do
+    [ "$kind" = platform ] || continue
+    case " $allowed_platforms " in
+      *" $value "*) with_platform=$((with_platform + count)) ;;
+      *) die "$t: $lib: $count objects are for platform $value, want one of: $allowed_platforms" ;;
+    esac
+  done <<<"$summary"
+  [ "$with_platform" -eq "$objects" ] || \
+    die "$t: $lib: only $with_platform of $objects objects name a platform ($platforms)"
+
+  # Symbols: the header's functions, defined and external (Mach-O C symbols carry a leading underscore).
+  local defined want missing extra
+  defined="$("${nm_tool[@]}" --defined-only --extern-only "$lib" 2>/dev/null \
+    | awk '$2 == "T" {print $3}' | sed -n 's/^_\(crash_reporter_[a-z0-9_]*\)$/\1/p' | sort -u)"
+  want="$(header_functions)"
+  [ -n "$want" ] || die "no crash_reporter_* functions found in $header"
+  missing="$(comm -23 <(printf '%s\n' "$want") <(printf '%s\n' "$defined") | tr '\n' ' ')"
+  extra="$(comm -13 <(printf '%s\n' "$want") <(printf '%s\n' "$defined") | tr '\n' ' ')"
+  [ -z "$missing" ] || die "$t: $lib does not export: $missing"
+  [ -z "$extra" ] || die "$t: $lib exports functions the header lacks (stale header?): $extra"
+  log "$t: ok: $(du -h "$lib" | cut -f1), $objects objects, $cpus, platform $platforms, exports $(tr '\n' ' ' <<<"$want")"
+}
+
+# --- cargo -------------------------------------------------------------------------------------------------------
+cd "$repo"
+libs=()
+for t in "${targets[@]}"; do
+  log "cargo build -p reporter --lib --target $t ($profile)"
+  start=$(date +%s)
+  "${cargo[@]}" build --locked ${build_std[@]+"${build_std[@]}"} --target "$t" --target-dir "$target_dir" \
+    -p reporter --lib ${profile_args[@]+"${profile_args[@]}"}
+  lib="$target_dir/$t/$profile/libreporter.a"
+  log "$t built in $(( $(date +%s) - start )) s: $lib"
+  check_lib "$t" "$lib"
+  libs+=("$lib")
+done
+
+if [ "$mode" = cargo-only ]; then
+  log "cargo-only: ${#libs[@]} static libraries built and checked (no XCFramework: that needs Xcode)"
+  exit 0
+fi
+
+# --- XCFramework (Mac only) --------------------------------------------------------------------------------------
+out="$repo/target/ios"
+xcf="$out/CrashReporter.xcframework"
+rm -rf "$out/device" "$out/simulator" "$out/headers" "$xcf"
+mkdir -p "$out/device" "$out/simulator" "$out/headers/CrashReporter"
+
+cp "$target_dir/aarch64-apple-ios/$profile/libreporter.a" "$out/device/libreporter.a"
+lipo -create \
+  "$target_dir/aarch64-apple-ios-sim/$profile/libreporter.a" \
+  "$target_dir/x86_64-apple-ios/$profile/libreporter.a" \
+  -output "$out/simulator/libreporter.a"
+lipo -info "$out/simulator/libreporter.a"
+
+# Header and module map in a subdirectory named after the module: Xcode copies every XCFramework's Headers into
+# one include directory, and a module.modulemap at its top would collide with other libraries'. Clang finds
+# <include dir>/CrashReporter/module.modulemap when Swift asks for module CrashReporter.
+cp "$header" "$out/headers/CrashReporter/crash_reporter.h"
+cat >"$out/headers/CrashReporter/module.modulemap" <<'EOF'
+module CrashReporter {
+    header "crash_reporter.h"
+    export *
+}
+EOF
+
+xcodebuild -create-xcframework \
+  -library "$out/device/libreporter.a" -headers "$out/headers" \
+  -library "$out/simulator/libreporter.a" -headers "$out/headers" \
+  -output "$xcf"
+log "done: $xcf"
