@@ -1,0 +1,736 @@
+//! The orchestrator: builds the libraries, crashes the children, runs the probes and the viewer benchmarks, and
+//! prints the figures as Markdown tables (progress goes to standard error).
+
+use super::stats::{self, summarize, Summary};
+use super::{minidump, probe, sys, viewer_bench, workload};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::Instant;
+
+const USAGE: &str = "\
+usage: bench [--quick] [--crashes N] [--threads 8,64,256] [--depth 32] [--libs 300] [--idle-secs S]
+             [--viewer PATH] [--llvm-symbolizer BIN] [--work DIR]
+
+Prints capture latency (ours vs crash-handler + minidumper), report sizes, install cost, idle cost and viewer
+speed as Markdown tables. --quick: fewer crashes and threads and a short idle window (checks that everything runs).
+--work DIR keeps the generated libraries and reports there (default: a temporary directory, removed at the end).";
+
+/// Run settings.
+#[derive(Clone, Debug)]
+struct Options {
+    quick: bool,
+    crashes: usize,
+    threads: Vec<usize>,
+    depth: u32,
+    libs: usize,
+    idle_secs: f64,
+    install_runs: usize,
+    render_runs: usize,
+    atos_runs: usize,
+    atos_addresses: usize,
+    viewer: PathBuf,
+    llvm_symbolizer: String,
+    work: Option<PathBuf>,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Options, String> {
+        let quick = args.iter().any(|a| a == "--quick");
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut o = Options {
+            quick,
+            crashes: if quick { 3 } else { 20 },
+            threads: if quick { vec![8, 64] } else { vec![8, 64, 256] },
+            depth: 32,
+            libs: 300,
+            idle_secs: if quick { 1.0 } else { 10.0 },
+            install_runs: if quick { 3 } else { 20 },
+            render_runs: if quick { 2 } else { 10 },
+            atos_runs: if quick { 1 } else { 5 },
+            atos_addresses: 10_000,
+            viewer: exe.with_file_name("viewer"),
+            llvm_symbolizer: "llvm-symbolizer".into(),
+            work: None,
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut val = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
+            match a.as_str() {
+                "--quick" => {}
+                "--crashes" => o.crashes = val()?.parse().map_err(|e| format!("--crashes: {e}"))?,
+                "--threads" => {
+                    o.threads = val()?
+                        .split(',')
+                        .map(|t| t.trim().parse::<usize>())
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| format!("--threads: {e}"))?
+                }
+                "--depth" => o.depth = val()?.parse().map_err(|e| format!("--depth: {e}"))?,
+                "--libs" => o.libs = val()?.parse().map_err(|e| format!("--libs: {e}"))?,
+                "--idle-secs" => o.idle_secs = val()?.parse().map_err(|e| format!("--idle-secs: {e}"))?,
+                "--viewer" => o.viewer = val()?.into(),
+                "--llvm-symbolizer" => o.llvm_symbolizer = val()?,
+                "--work" => o.work = Some(val()?.into()),
+                "-h" | "--help" => return Err(String::new()),
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+        }
+        if o.crashes == 0 || o.threads.is_empty() || o.depth == 0 || o.depth > workload::MAX_DEPTH {
+            return Err(format!("need --crashes >= 1, some --threads, 1 <= --depth <= {}", workload::MAX_DEPTH));
+        }
+        Ok(o)
+    }
+}
+
+fn progress(msg: &str) {
+    eprintln!("bench: {msg}");
+}
+
+/// Which crash reporter a child runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Ours,
+    Peer,
+}
+
+/// One crash, measured and checked.
+#[derive(Clone, Debug, Default)]
+struct CrashSample {
+    /// Fault to durable report, ns.
+    latency: f64,
+    /// Fault to the child reaped by us (waitpid returned), ns.
+    reaped: f64,
+    /// Report or minidump size.
+    bytes: f64,
+    /// Threads in the report / minidump.
+    threads: usize,
+    /// Images / modules.
+    images: usize,
+    /// Smallest, mean and largest stored frame count of the parked threads (ours only).
+    min_frames: usize,
+    mean_frames: f64,
+    max_frames: usize,
+    /// Payload bytes of the THREAD sections and of the IMAGES sections (ours only).
+    thread_bytes: f64,
+    image_bytes: f64,
+}
+
+struct Peer {
+    child: Child,
+    socket: PathBuf,
+    dumps: PathBuf,
+}
+
+impl Peer {
+    fn start(peer_exe: &Path, work: &Path) -> Result<Peer, String> {
+        let socket = work.join("peer.sock");
+        let dumps = work.join("dumps");
+        std::fs::create_dir_all(&dumps).map_err(|e| e.to_string())?;
+        let _ = std::fs::remove_file(&socket);
+        let mut child = Command::new(peer_exe)
+            .arg("__peer-server")
+            .arg(&socket)
+            .arg(&dumps)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", peer_exe.display()))?;
+        let mut line = String::new();
+        if let Some(out) = child.stdout.take() {
+            let _ = BufReader::new(out).read_line(&mut line);
+        }
+        if line.trim() != "ready" {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("the minidumper server did not start".into());
+        }
+        Ok(Peer { child, socket, dumps })
+    }
+
+    fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Ctx<'a> {
+    o: &'a Options,
+    exe: PathBuf,
+    peer_exe: PathBuf,
+    work: PathBuf,
+    libdir: PathBuf,
+    counter: std::cell::Cell<usize>,
+}
+
+impl Ctx<'_> {
+    fn next_id(&self) -> usize {
+        let n = self.counter.get();
+        self.counter.set(n + 1);
+        n
+    }
+
+    /// Crashes one child and checks what it left. Ours: exactly one intact report with every thread captured and
+    /// the parked threads walked at least `depth` frames deep. Peer: one minidump with every thread.
+    fn crash(
+        &self,
+        kind: Kind,
+        threads: usize,
+        depth: u32,
+        peer: Option<&Peer>,
+        keep: Option<&Path>,
+    ) -> Result<CrashSample, String> {
+        let id = self.next_id();
+        let shm = self.work.join(format!("shm-{id}"));
+        std::fs::write(&shm, [0u8; sys::SLOTS * 8]).map_err(|e| e.to_string())?;
+        let reports = self.work.join(format!("reports-{id}"));
+        let mut cmd = Command::new(if kind == Kind::Ours { &self.exe } else { &self.peer_exe });
+        cmd.arg(if kind == Kind::Ours { "__crash-ours" } else { "__crash-peer" })
+            .arg(threads.to_string())
+            .arg(depth.to_string())
+            .arg(&self.libdir)
+            .arg(self.o.libs.to_string())
+            .arg(&shm);
+        match (kind, peer) {
+            (Kind::Ours, _) => cmd.arg(&reports),
+            (Kind::Peer, Some(p)) => cmd.arg(&p.socket).arg(p.child.id().to_string()),
+            (Kind::Peer, None) => return Err("a peer crash needs the peer server".into()),
+        };
+        let out = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).output();
+        let reaped_at = sys::now_ns();
+        let out = out.map_err(|e| format!("cannot start the crash child: {e}"))?;
+        let stamps: Vec<u64> = std::fs::read(&shm)
+            .map_err(|e| e.to_string())?
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect();
+        let _ = std::fs::remove_file(&shm);
+        let what = format!("{kind:?} crash with {threads} threads");
+        if out.status.signal() != Some(libc::SIGSEGV) {
+            return Err(format!(
+                "{what}: the child ended with {:?}, not SIGSEGV: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let (fault, done) = (stamps[sys::slot::FAULT], stamps[sys::slot::DONE]);
+        if fault == 0 || done < fault {
+            return Err(format!("{what}: no completion timestamp (stderr: {})", String::from_utf8_lossy(&out.stderr)));
+        }
+        let mut s = CrashSample {
+            latency: (done - fault) as f64,
+            reaped: reaped_at.saturating_sub(fault) as f64,
+            ..CrashSample::default()
+        };
+        match kind {
+            Kind::Ours => {
+                let files: Vec<PathBuf> = std::fs::read_dir(&reports)
+                    .map_err(|e| format!("{what}: {e}"))?
+                    .flatten()
+                    .map(|e| e.path())
+                    .collect();
+                let [file] = files.as_slice() else {
+                    return Err(format!("{what}: expected one report file, found {files:?}"));
+                };
+                if file.extension().and_then(|e| e.to_str()) != Some("crashreport") {
+                    return Err(format!("{what}: unexpected file {}", file.display()));
+                }
+                let bytes = std::fs::read(file).map_err(|e| e.to_string())?;
+                s.bytes = bytes.len() as f64;
+                let d = report_format::decode(&bytes).map_err(|e| format!("{what}: {e}"))?;
+                if !d.problems.is_empty() {
+                    return Err(format!("{what}: damaged report: {:?}", d.problems));
+                }
+                let r = &d.report;
+                s.threads = r.threads.len();
+                s.images = r.images.len();
+                let parked: Vec<usize> = r
+                    .threads
+                    .iter()
+                    .filter(|t| t.name.as_deref().is_some_and(|n| n.starts_with("parked-")))
+                    .map(|t| t.frames.len() + t.repeats.iter().map(|x| (x.len * x.count) as usize).sum::<usize>())
+                    .collect();
+                if s.threads != threads + 1 || parked.len() != threads || r.threads.iter().any(|t| !t.captured) {
+                    return Err(format!(
+                        "{what}: {} threads in the report ({} parked, {} not captured), expected {}",
+                        s.threads,
+                        parked.len(),
+                        r.threads.iter().filter(|t| !t.captured).count(),
+                        threads + 1
+                    ));
+                }
+                s.min_frames = parked.iter().copied().min().unwrap_or(0);
+                s.max_frames = parked.iter().copied().max().unwrap_or(0);
+                let payload = |k: report_format::framing::SectionKind| -> f64 {
+                    d.sections.iter().filter(|x| x.kind == k).map(|x| f64::from(x.len)).sum()
+                };
+                s.thread_bytes = payload(report_format::framing::SectionKind::Thread);
+                s.image_bytes = payload(report_format::framing::SectionKind::Images);
+                s.mean_frames = parked.iter().sum::<usize>() as f64 / parked.len().max(1) as f64;
+                if s.min_frames < depth as usize {
+                    return Err(format!("{what}: a parked thread has {} frames, fewer than {depth}", s.min_frames));
+                }
+                if s.images < self.o.libs {
+                    return Err(format!(
+                        "{what}: {} images in the report, expected at least {}",
+                        s.images, self.o.libs
+                    ));
+                }
+                if let Some(dest) = keep {
+                    std::fs::rename(file, dest).map_err(|e| e.to_string())?;
+                }
+                let _ = std::fs::remove_dir_all(&reports);
+            }
+            Kind::Peer => {
+                let dumps = peer.map(|p| p.dumps.clone()).unwrap_or_default();
+                let files: Vec<PathBuf> = std::fs::read_dir(&dumps)
+                    .map_err(|e| format!("{what}: {e}"))?
+                    .flatten()
+                    .map(|e| e.path())
+                    .collect();
+                let [file] = files.as_slice() else {
+                    return Err(format!("{what}: expected one minidump, found {files:?}"));
+                };
+                let bytes = std::fs::read(file).map_err(|e| e.to_string())?;
+                let _ = std::fs::remove_file(file);
+                s.bytes = bytes.len() as f64;
+                let m = minidump::summarize_minidump(&bytes).ok_or_else(|| format!("{what}: not a minidump"))?;
+                s.threads = m.threads as usize;
+                s.images = m.modules as usize;
+                if s.threads != threads + 1 {
+                    return Err(format!("{what}: {} threads in the minidump, expected {}", s.threads, threads + 1));
+                }
+            }
+        }
+        Ok(s)
+    }
+}
+
+fn run_probe(exe: &Path, role: &str, args: &[String]) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let out =
+        Command::new(exe).arg(role).args(args).stdin(Stdio::null()).output().map_err(|e| format!("{role}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{role} failed ({:?}): {}", out.status, String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(probe::parse_kv(&String::from_utf8_lossy(&out.stdout)))
+}
+
+fn num(m: &std::collections::BTreeMap<String, String>, k: &str) -> f64 {
+    m.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN)
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "**missed**"
+    }
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines().find_map(|l| l.strip_prefix("model name")?.split_once(':').map(|(_, v)| v.trim().to_string()))
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |p| p.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mem = probe::kb_field("/proc/meminfo", "MemTotal");
+    format!("{cpu}, {cores} cores, {:.1} GiB RAM, Linux {}", mem as f64 / (1u64 << 30) as f64, kernel.trim())
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs everything and prints the tables. Exit status 1 when a benchmark could not run or a crash was not captured
+/// as expected (never because of a figure).
+pub fn main(args: &[String]) -> ExitCode {
+    let o = match Options::parse(args) {
+        Ok(o) => o,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("bench: {e}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&o) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(o: &Options) -> Result<(), String> {
+    let started = Instant::now();
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let temp = match &o.work {
+        Some(_) => None,
+        None => Some(tempfile::Builder::new().prefix("bench-").tempdir().map_err(|e| e.to_string())?),
+    };
+    let work = o.work.clone().unwrap_or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()).unwrap_or_default());
+    std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
+    let libdir = work.join("libs");
+    let load_start = loadavg();
+
+    progress(&format!("building {} shared libraries with cc in {}", o.libs, libdir.display()));
+    let t = Instant::now();
+    workload::build_libs(&libdir, o.libs)?;
+    let libs_secs = t.elapsed().as_secs_f64();
+
+    let peer_exe = exe.with_file_name("bench-peer");
+    let ctx = Ctx {
+        o,
+        exe: exe.clone(),
+        peer_exe: peer_exe.clone(),
+        work: work.clone(),
+        libdir: libdir.clone(),
+        counter: Default::default(),
+    };
+    let peer = Peer::start(&peer_exe, &work)?;
+    let result = run_with_peer(&ctx, &peer);
+    let out = result.and_then(|(mut text, samples64)| {
+        // (e) idle: ours in a child, the peer's server measured over the same window.
+        progress(&format!("idle window of {} s", o.idle_secs));
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port());
+        let port = port.map_err(|e| e.to_string())?;
+        let pid = peer.child.id().to_string();
+        let p0 = probe::proc_figures(&pid);
+        let t0 = Instant::now();
+        let idle = run_probe(
+            &exe,
+            "__idle",
+            &[work.join("idle").display().to_string(), o.idle_secs.to_string(), port.to_string()],
+        )?;
+        let peer_secs = t0.elapsed().as_secs_f64();
+        let p1 = probe::proc_figures(&pid);
+        text.push_str(&idle_table(o, &idle, p1.cpu_ticks - p0.cpu_ticks, p1.switches - p0.switches, peer_secs));
+        Ok((text, samples64))
+    });
+    peer.stop();
+    let (mut text, samples64) = out?;
+
+    text.push_str(&install_table(&ctx)?);
+    text.push_str(&viewer_tables(&ctx, &samples64)?);
+
+    let header = format!(
+        "# Benchmark run ({mode})\n\nMachine: {m}. Load average at start: {load_start}, at end: {le}.\n\
+         Workload: {libs} generated shared libraries loaded (built with cc in {libs_secs:.1} s), threads parked {d} \
+         distinct calls deep, {c} crashes per row and reporter, alternating ours / peer.\n\
+         Peer: crash-handler 0.8.1 + minidumper 0.11.0 (out-of-process server) + minidump-writer 0.13.0.\n\n",
+        mode = if o.quick { "quick mode: checks that everything runs; figures are indicative only" } else { "full" },
+        m = machine(),
+        le = loadavg(),
+        libs = o.libs,
+        d = o.depth,
+        c = o.crashes,
+    );
+    print!("{header}{text}");
+    println!("\nTotal benchmark time: {:.1} s.", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// (a)–(c): crashes. Returns the text and, for the viewer report, the samples of the 64-thread row (or the
+/// largest row below it).
+fn run_with_peer(ctx: &Ctx, peer: &Peer) -> Result<(String, Vec<CrashSample>), String> {
+    let o = ctx.o;
+    let mut rows = String::new();
+    let mut verdicts = String::new();
+    let mut for_viewer: Vec<CrashSample> = Vec::new();
+    for &threads in &o.threads {
+        progress(&format!("{} crashes each with {threads} parked threads", o.crashes));
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for _ in 0..o.crashes {
+            ours.push(ctx.crash(Kind::Ours, threads, o.depth, Some(peer), None)?);
+            theirs.push(ctx.crash(Kind::Peer, threads, o.depth, Some(peer), None)?);
+        }
+        let f = |v: &[CrashSample], g: fn(&CrashSample) -> f64| summarize(&v.iter().map(g).collect::<Vec<_>>());
+        let (ol, tl) = (f(&ours, |s| s.latency), f(&theirs, |s| s.latency));
+        let (or, tr) = (f(&ours, |s| s.reaped), f(&theirs, |s| s.reaped));
+        let (ob, tb) = (f(&ours, |s| s.bytes), f(&theirs, |s| s.bytes));
+        let frames = f(&ours, |s| s.mean_frames);
+        let min_frames = ours.iter().map(|s| s.min_frames).min().unwrap_or(0);
+        let max_frames = ours.iter().map(|s| s.max_frames).max().unwrap_or(0);
+        let (tb_ours, ib_ours) = (f(&ours, |s| s.thread_bytes), f(&ours, |s| s.image_bytes));
+        rows.push_str(&format!(
+            "| {threads} | {ol_med} | {ol_max} | {tl_med} | {tl_max} | {r_med} | {r_max} | {or_med} | {tr_med} | {ob} | {ob_max} | {tb} | {thr} / {img} | {imgs} / {mods} | {min_frames} / {fr:.1} / {max_frames} |\n",
+            ol_med = stats::ms(ol.median),
+            ol_max = stats::ms(ol.max),
+            tl_med = stats::ms(tl.median),
+            tl_max = stats::ms(tl.max),
+            r_med = stats::ratio(ol.median, tl.median),
+            r_max = stats::ratio(ol.max, tl.max),
+            or_med = stats::ms(or.median),
+            tr_med = stats::ms(tr.median),
+            ob = ob.median,
+            ob_max = ob.max,
+            tb = tb.median,
+            imgs = ours[0].images,
+            mods = theirs[0].images,
+            fr = frames.median,
+            thr = tb_ours.median,
+            img = ib_ours.median,
+        ));
+        verdicts.push_str(&format!(
+            "| (b) ≥ 3x faster than the peer, {threads} threads | peer/ours = {:.2} (median), {:.2} (max) | {} |\n",
+            tl.median / ol.median,
+            tl.max / ol.max,
+            verdict(tl.median >= 3.0 * ol.median && tl.max >= 3.0 * ol.max)
+        ));
+        if threads == 64 {
+            verdicts.insert_str(
+                0,
+                &format!(
+                    "| (a) ≤ 5 ms at 64 threads | median {} ms, max {} ms | {} |\n| (c) ≤ 64 KiB at 64 threads × {} frames, {} images | max {} bytes | {} |\n",
+                    stats::ms(ol.median),
+                    stats::ms(ol.max),
+                    verdict(ol.max <= 5e6),
+                    o.depth,
+                    o.libs,
+                    ob.max,
+                    verdict(ob.max <= 65536.0),
+                ),
+            );
+        }
+        if threads == 64 || for_viewer.is_empty() {
+            for_viewer = ours;
+        }
+    }
+    let mut text = String::from(
+        "## (a)–(c) Capture latency and report size\n\n\
+         Latency: from the instant before the faulting store (CLOCK_MONOTONIC written to a shared page) to the report \
+         durable on disk. Ours: the handler's `BeforeReraise` test hook, which runs after the report was written, \
+         fsync'd, renamed and its directory fsync'd. Peer: crash-handler's callback right after minidumper's \
+         `request_dump` returns, i.e. after the server wrote the minidump, fsync'd it, renamed it, fsync'd the \
+         directory and acknowledged. \"Reaped\" is from the fault to our `waitpid` returning (the process is gone).\n\n\
+         | threads | ours median ms | ours max ms | peer median ms | peer max ms | ours/peer median | ours/peer max | ours reaped median ms | peer reaped median ms | our report bytes median | our report bytes max | minidump bytes median | our THREAD / IMAGES section bytes (median) | images (ours / minidump modules) | frames per parked thread in our reports (min / median of means / max) |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    text.push_str(&rows);
+    let floor = commit_floor(&ctx.work, 65536, o.crashes)?;
+    text.push_str(&format!(
+        "\nDisk floor on this machine (in-process, no crash): write 65536 bytes to a temporary file, fsync it, rename \
+         it, fsync the directory, {} times: median {} ms, max {} ms. Both reporters pay this inside their latency.\n",
+        floor.n,
+        stats::ms(floor.median),
+        stats::ms(floor.max)
+    ));
+    text.push_str("\n### Targets (crashes)\n\n| target | figure | verdict |\n|---|---|---|\n");
+    text.push_str(&verdicts);
+    text.push('\n');
+    Ok((text, for_viewer))
+}
+
+/// Times the durable commit both reporters end with: write `size` bytes to a temporary file, fsync, rename, fsync
+/// the directory.
+fn commit_floor(work: &Path, size: usize, runs: usize) -> Result<Summary, String> {
+    use std::io::Write;
+    let dir = work.join("floor");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let data = vec![0x5au8; size];
+    let mut samples = Vec::new();
+    for i in 0..runs {
+        let (tmp, fin) = (dir.join(format!(".{i}.tmp")), dir.join(format!("{i}.report")));
+        let t0 = Instant::now();
+        let mut f = std::fs::File::create(&tmp).map_err(|e| e.to_string())?;
+        f.write_all(&data).and_then(|_| f.sync_all()).map_err(|e| e.to_string())?;
+        drop(f);
+        std::fs::rename(&tmp, &fin).map_err(|e| e.to_string())?;
+        std::fs::File::open(&dir).and_then(|d| d.sync_all()).map_err(|e| e.to_string())?;
+        samples.push(t0.elapsed().as_nanos() as f64);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(summarize(&samples))
+}
+
+fn idle_table(
+    o: &Options,
+    m: &std::collections::BTreeMap<String, String>,
+    peer_ticks: u64,
+    peer_sw: u64,
+    peer_secs: f64,
+) -> String {
+    let cpu_us = num(m, "cpu_us");
+    let switches = num(m, "switches");
+    let hz = num(m, "tick_hz");
+    format!(
+        "## (e) Idle cost\n\n\
+         Ours: a child enables the reporter (`Reporter::builder(dir).upload_url(..).enable()`, upload URL a closed \
+         loopback port), waits for the background upload to give up, then sleeps {w} s. CPU time of the whole \
+         process from `getrusage(RUSAGE_SELF)` (µs) and `/proc/self/stat` (ticks of 1/{hz} s); context switches \
+         summed over `/proc/self/task/*/status` (the measuring thread's own sleep is 1). Peer: the idle minidumper \
+         server process over the same window ({ps:.1} s, `/proc/<pid>/stat`, all its threads).\n\n\
+         | | window s | CPU | context switches | threads | installed |\n|---|---|---|---|---|---|\n\
+         | ours (reporter enabled, idle) | {w} | {cpu_us} µs ({ticks} ticks) | {switches} | {threads} | {inst} |\n\
+         | peer (minidumper server, idle) | {ps:.1} | {pt} ticks ({pms:.0} ms) | {peer_sw} | - | - |\n\n\
+         | target | figure | verdict |\n|---|---|---|\n\
+         | (e) zero steady-state cost: no thread but the measuring one, no wakeup but its own sleep, 0 CPU ticks | {threads} thread(s), {switches} context switch(es), {ticks} ticks, {cpu_us} µs (getrusage) in {w} s | {v} |\n\n",
+        w = o.idle_secs,
+        ticks = num(m, "cpu_ticks"),
+        threads = num(m, "threads"),
+        inst = m.get("installed").map_or("?", String::as_str),
+        ps = peer_secs,
+        pt = peer_ticks,
+        pms = peer_ticks as f64 * 1000.0 / hz,
+        v = verdict(num(m, "cpu_ticks") == 0.0 && switches <= 1.0 && num(m, "threads") == 1.0),
+    )
+}
+
+fn install_table(ctx: &Ctx) -> Result<String, String> {
+    let o = ctx.o;
+    let mut rows = String::new();
+    let mut verdicts = String::new();
+    for what in ["handler", "reporter"] {
+        progress(&format!("{} install probes ({what})", o.install_runs));
+        let mut runs = Vec::new();
+        for _ in 0..o.install_runs {
+            let dir = ctx.work.join(format!("install-{}", ctx.next_id()));
+            let m = run_probe(
+                &ctx.exe,
+                "__install",
+                &[ctx.libdir.display().to_string(), o.libs.to_string(), dir.display().to_string(), what.into()],
+            )?;
+            let _ = std::fs::remove_dir_all(&dir);
+            runs.push(m);
+        }
+        let f = |k: &str| summarize(&runs.iter().map(|m| num(m, k)).collect::<Vec<_>>());
+        let (t, heap, stacks, maps, rss, images) =
+            (f("install_ns"), f("heap_live"), f("stacks"), f("maps_delta"), f("rss_delta"), f("images"));
+        let label = if what == "handler" { "`handler::install`" } else { "`Reporter::enable` (no upload URL)" };
+        rows.push_str(&format!(
+            "| {label} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            stats::ms(t.median),
+            stats::ms(t.max),
+            stats::bytes(heap.max),
+            stats::bytes(stacks.max),
+            stats::bytes(heap.max + stacks.max),
+            stats::bytes(maps.median),
+            stats::bytes(rss.median),
+            images.median
+        ));
+        if what == "handler" {
+            verdicts.push_str(&format!(
+                "| (d) install ≤ 2 ms with {} libraries loaded | median {} ms, max {} ms | {} |\n\
+                 | (d) ≤ 2 MiB preallocated | {} heap + {} stacks | {} |\n",
+                o.libs,
+                stats::ms(t.median),
+                stats::ms(t.max),
+                verdict(t.max <= 2e6),
+                stats::bytes(heap.max),
+                stats::bytes(stacks.max),
+                verdict(heap.max + stacks.max <= 2.0 * 1024.0 * 1024.0),
+            ));
+        }
+    }
+    Ok(format!(
+        "## (d) Install cost\n\n\
+         Each figure is one fresh process: it `dlopen`s the {libs} libraries, then times one call ({n} processes). \
+         Heap: bytes the call left allocated, counted by a counting global allocator (Rust allocations; the handler \
+         makes no C allocations). Stacks: the alternate signal stack and the crash stack install `mmap`s \
+         (`MAP_NORESERVE`), computed from the default `Config` (sizes plus one guard page each); they are virtual \
+         until touched. Mapping growth: `/proc/self/maps` after minus before (includes the stacks and the heap's \
+         own `mmap`s for large blocks, so it overlaps the heap column). RSS growth: `VmRSS` after minus before.\n\n\
+         | call | median ms | max ms | heap preallocated | stacks mapped | total preallocated | mapping growth | RSS growth | images in the table |\n\
+         |---|---|---|---|---|---|---|---|---|\n{rows}\n\
+         | target | figure | verdict |\n|---|---|---|\n{verdicts}\n",
+        libs = o.libs,
+        n = o.install_runs,
+    ))
+}
+
+fn viewer_tables(ctx: &Ctx, samples: &[CrashSample]) -> Result<String, String> {
+    let o = ctx.o;
+    // A report of 64 parked threads 64 frames deep: deepen the parking by what the 32-deep runs showed beyond the
+    // parked calls (thread start-up frames), taken from the shortest walk (some walks run on past the thread's
+    // start; see BENCHMARKS.md).
+    let min = samples.iter().map(|s| s.min_frames).min().unwrap_or(o.depth as usize);
+    let extra = min.saturating_sub(o.depth as usize) as u32;
+    let depth = 64u32.saturating_sub(extra).clamp(1, workload::MAX_DEPTH);
+    progress(&format!("viewer: crashing 64 threads parked {depth} deep for a 64 x 64 report"));
+    let dir = ctx.work.join("viewer");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let report_path = dir.join("64x64.crashreport");
+    let s = ctx.crash(Kind::Ours, 64, depth, None, Some(&report_path))?;
+    let report = std::fs::read(&report_path).map_err(|e| e.to_string())?;
+
+    progress(&format!("viewer: {} renders", o.render_runs));
+    let mut lib = Vec::new();
+    let mut named = 0;
+    for _ in 0..o.render_runs {
+        let (ns, n) = viewer_bench::render_once(&report, &ctx.exe)?;
+        lib.push(ns);
+        named = n;
+    }
+    let mut cli = Vec::new();
+    for _ in 0..o.render_runs {
+        cli.push(viewer_bench::render_cli_once(&o.viewer, &report_path, &ctx.exe)?);
+    }
+    let expected = 64 * depth as usize;
+    if named < expected {
+        return Err(format!("viewer: only {named} of {expected} parked frames were symbolicated"));
+    }
+    let (lib, cli) = (summarize(&lib), summarize(&cli));
+
+    progress(&format!("viewer atos vs {}: {} addresses, {} runs", o.llvm_symbolizer, o.atos_addresses, o.atos_runs));
+    let (addrs, base) = viewer_bench::sample_addresses(&ctx.exe, o.atos_addresses, 0x9e37_79b9_7f4a_7c15)?;
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let (mut ours_res, mut theirs_res) = (0, 0);
+    for _ in 0..o.atos_runs {
+        let a = viewer_bench::viewer_atos(&o.viewer, &ctx.exe, base, &addrs)?;
+        let b = viewer_bench::llvm_symbolizer(&o.llvm_symbolizer, &ctx.exe, &addrs)?;
+        ours.push(a.ns);
+        theirs.push(b.ns);
+        (ours_res, theirs_res) = (a.resolved, b.resolved);
+    }
+    let (ours, theirs): (Summary, Summary) = (summarize(&ours), summarize(&theirs));
+    let file_size = std::fs::metadata(&ctx.exe).map(|m| m.len()).unwrap_or(0);
+    Ok(format!(
+        "## (f) Viewer\n\n\
+         Render: a real report of 64 parked threads ({minf} to {maxf} frames, {frames:.1} on average; parked {depth} \
+         calls deep) \
+         plus the crashed main thread, {bytes} bytes, symbolicated against the benchmark binary ({fsize} bytes, \
+         line tables) and rendered as Apple crash text. Library: `viewer::load` + a fresh `SymbolStore` + \
+         `render_loaded` in this process ({n} runs; includes parsing the debug file every time). Command line: \
+         `viewer REPORT --symbols BIN --no-auto-symbols` as a process. {named} parked frames came out named.\n\n\
+         | render | median ms | max ms |\n|---|---|---|\n\
+         | library | {lm} | {lx} |\n| `viewer` command | {cm} | {cx} |\n\n\
+         Batch symbolication: {na} addresses sampled inside function symbols of the benchmark binary (fixed seed), \
+         `viewer atos -o BIN -l BASE ADDR...` (addresses as arguments, its only interface) against \
+         `llvm-symbolizer --obj=BIN` (addresses on standard input, default options: inlined frames, demangling), \
+         wall time of the whole process, {runs} runs each, alternating.\n\n\
+         | symbolizer | median ms | max ms | addresses resolved |\n|---|---|---|---|\n\
+         | `viewer atos` | {om} | {ox} | {ours_res} |\n| `{llvm}` | {tm} | {tx} | {theirs_res} |\n\n\
+         | target | figure | verdict |\n|---|---|---|\n\
+         | (f) batch symbolication at least as fast as llvm-symbolizer | viewer/llvm = {ratio} (median) | {v} |\n",
+        frames = s.mean_frames,
+        minf = s.min_frames,
+        maxf = s.max_frames,
+        bytes = report.len(),
+        fsize = file_size,
+        n = o.render_runs,
+        lm = stats::ms(lib.median),
+        lx = stats::ms(lib.max),
+        cm = stats::ms(cli.median),
+        cx = stats::ms(cli.max),
+        na = addrs.len(),
+        runs = o.atos_runs,
+        om = stats::ms(ours.median),
+        ox = stats::ms(ours.max),
+        tm = stats::ms(theirs.median),
+        tx = stats::ms(theirs.max),
+        llvm = o.llvm_symbolizer,
+        ratio = stats::ratio(ours.median, theirs.median),
+        v = verdict(ours.median <= theirs.median),
+    ))
+}
