@@ -27,6 +27,9 @@ export RUSTC=/usr/bin/rustc
 # -Zbuild-std is unstable; allow it on this stable compiler for these cross-target checks only.
 export RUSTC_BOOTSTRAP=1
 unset RUSTC_WRAPPER RUSTFLAGS CARGO_BUILD_RUSTFLAGS CARGO_ENCODED_RUSTFLAGS
+# Marks this cross type-check for Cargo's target tables: the viewer then leaves out the Swift demangler, whose C++
+# build needs xcrun (viewer/Cargo.toml). Native builds on a Mac do not set it.
+export RUSTFLAGS="--cfg apple_cross_check"
 
 for tool in /usr/bin/cargo /usr/bin/rustc /usr/bin/cargo-clippy; do
   if [ ! -x "$tool" ]; then
