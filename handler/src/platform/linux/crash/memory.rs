@@ -1,5 +1,7 @@
 //! The fault-proof memory reader: `process_vm_readv(2)` on the own pid (a bad address returns `EFAULT` instead of
-//! faulting), with a one-page cache so a stack walk costs one system call per 4 KiB of stack.
+//! faulting), with a one-page cache so a stack walk costs one system call per 4 KiB of stack, and a one-page
+//! negative cache: a block that could not be read is not asked for again (the walker's scan for a frame record
+//! probes the unmapped page above a stack hundreds of times; each probe used to cost two failing system calls).
 //!
 //! Fallback: where `process_vm_readv` does not work on the own process (qemu-user does not emulate it; some
 //! seccomp sandboxes forbid it), install detects it with [`process_vm_readv_works`] and preopens a non-blocking
@@ -20,6 +22,8 @@ pub struct ProcessVmReader<'a> {
     cache: &'a mut [u8],
     base: u64,
     valid: bool,
+    /// Base of the last block that could not be read (`u64::MAX`: none).
+    bad_base: u64,
     pipe: Option<(i32, i32)>,
 }
 
@@ -36,7 +40,7 @@ pub fn process_vm_readv_works() -> bool {
 impl<'a> ProcessVmReader<'a> {
     /// A reader for process `pid` using `cache` (at least [`BLOCK`] bytes for caching; smaller disables it).
     pub fn new(pid: i32, cache: &'a mut [u8]) -> Self {
-        ProcessVmReader { pid, cache, base: 0, valid: false, pipe: None }
+        ProcessVmReader { pid, cache, base: 0, valid: false, bad_base: u64::MAX, pipe: None }
     }
 
     /// Reads through the pipe `(read_fd, write_fd)` (both non-blocking) instead of `process_vm_readv`.
@@ -96,6 +100,10 @@ impl MemoryReader for ProcessVmReader<'_> {
         if self.cache.len() < BLOCK || end > base + block {
             return self.read_direct(addr, buf);
         }
+        if base == self.bad_base {
+            // The whole block was unreadable a moment ago; mappings are at least a block wide, so this read fails too.
+            return false;
+        }
         if !self.valid || self.base != base {
             self.valid = false;
             let cache = core::mem::take(&mut self.cache);
@@ -105,7 +113,8 @@ impl MemoryReader for ProcessVmReader<'_> {
             };
             self.cache = cache;
             if !ok {
-                return self.read_direct(addr, buf);
+                self.bad_base = base;
+                return false;
             }
             self.base = base;
             self.valid = true;
@@ -146,6 +155,10 @@ mod tests {
         assert_eq!(r.read_u64(0), None);
         assert_eq!(r.read_u64(8), None);
         assert_eq!(r.read_u64(u64::MAX - 3), None);
+        // The failed block is remembered; other blocks still read, and so does the refused one's neighbour.
+        assert_eq!(r.read_u64(16), None);
+        assert_eq!(r.read_u64(data.as_ptr() as u64 + 8), Some(3));
+        assert_eq!(r.read_u64(4096), None);
     }
 
     fn pipe() -> (i32, i32) {
