@@ -45,6 +45,24 @@ impl fmt::Display for InstallError {
 
 impl std::error::Error for InstallError {}
 
+/// A leaked, preallocated slice of `n` copies of `v` for the crash path (install time; never freed).
+///
+/// # Errors
+/// [`InstallError::OutOfMemory`] when the allocation fails.
+#[cfg(unix)]
+pub(crate) fn leak_slice<T: Clone>(n: usize, v: T) -> Result<&'static mut [T], InstallError> {
+    let mut vec = Vec::new();
+    vec.try_reserve_exact(n).map_err(|_| InstallError::OutOfMemory)?;
+    vec.resize(n, v);
+    Ok(Vec::leak(vec))
+}
+
+/// A leaked copy of `b` (install-time text the crash path reads).
+#[cfg(unix)]
+pub(crate) fn leak_bytes(b: &[u8]) -> &'static [u8] {
+    Vec::leak(b.to_vec())
+}
+
 /// Creates the report directory (with parents, mode 0700: reports hold memory contents of the app) and opens it;
 /// returns the directory descriptor the crash path writes into (report files are created 0600). Install time.
 ///

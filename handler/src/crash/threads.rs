@@ -63,15 +63,7 @@ impl SlotData {
 
     /// Sets the name from bytes, cut at the first NUL or newline and at [`NAME_LEN`].
     pub fn set_name(&mut self, bytes: &[u8]) {
-        let mut n = 0usize;
-        for (dst, b) in self.name.iter_mut().zip(bytes.iter()) {
-            if *b == 0 || *b == b'\n' {
-                break;
-            }
-            *dst = *b;
-            n += 1;
-        }
-        self.name_len = n as u8;
+        self.name_len = copy_cut(&mut self.name, bytes);
     }
 
     /// The valid name bytes.
@@ -81,21 +73,27 @@ impl SlotData {
 
     /// Sets the dispatch queue label, cut at the first NUL or newline and at [`QUEUE_LEN`].
     pub fn set_queue(&mut self, bytes: &[u8]) {
-        let mut n = 0usize;
-        for (dst, b) in self.queue.iter_mut().zip(bytes.iter()) {
-            if *b == 0 || *b == b'\n' {
-                break;
-            }
-            *dst = *b;
-            n += 1;
-        }
-        self.queue_len = n as u8;
+        self.queue_len = copy_cut(&mut self.queue, bytes);
     }
 
     /// The valid queue label bytes.
     pub fn queue(&self) -> &[u8] {
         self.queue.get(..usize::from(self.queue_len)).unwrap_or(&[])
     }
+}
+
+/// Copies `src` into `dst` up to the first NUL or newline or `dst`'s end; returns the bytes copied (both buffers
+/// are at most 255 bytes).
+fn copy_cut(dst: &mut [u8], src: &[u8]) -> u8 {
+    let mut n = 0u8;
+    for (d, b) in dst.iter_mut().zip(src.iter()) {
+        if *b == 0 || *b == b'\n' {
+            break;
+        }
+        *d = *b;
+        n = n.saturating_add(1);
+    }
+    n
 }
 
 /// One thread's slot.

@@ -72,7 +72,7 @@ use crate::config::Config;
 use crate::crash::images::{ImageEntry, ImageList, ImageTable};
 use crate::crash::raw_buf::RawBuf;
 use crate::crash::threads::{ThreadSlot, ThreadTable};
-use crate::install::InstallError;
+use crate::install::{leak_bytes, leak_slice, InstallError};
 use crate::unwind::Repeat;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -103,17 +103,6 @@ struct Installed {
 unsafe impl Send for Installed {}
 
 static INSTALLED: Mutex<Option<Installed>> = Mutex::new(None);
-
-fn leak_slice<T: Clone>(n: usize, v: T) -> Result<&'static mut [T], InstallError> {
-    let mut vec = Vec::new();
-    vec.try_reserve_exact(n).map_err(|_| InstallError::OutOfMemory)?;
-    vec.resize(n, v);
-    Ok(Vec::leak(vec))
-}
-
-fn leak_bytes(b: &[u8]) -> &'static [u8] {
-    Vec::leak(b.to_vec())
-}
 
 fn os_err(what: &'static str, kr: i32) -> InstallError {
     InstallError::Os { what, errno: kr }

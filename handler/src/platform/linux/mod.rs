@@ -10,7 +10,7 @@ use crate::arch::RegisterValues;
 use crate::config::Config;
 use crate::crash::images::{ImageEntry, ImageList, ImageTable};
 use crate::crash::threads::{ThreadSlot, ThreadTable};
-use crate::install::InstallError;
+use crate::install::{leak_bytes, leak_slice, InstallError};
 use crate::unwind::Repeat;
 use core::cell::UnsafeCell;
 use core::sync::atomic::Ordering;
@@ -37,17 +37,6 @@ struct Installed {
 unsafe impl Send for Installed {}
 
 static INSTALLED: Mutex<Option<Installed>> = Mutex::new(None);
-
-fn leak_slice<T: Clone>(n: usize, v: T) -> Result<&'static mut [T], InstallError> {
-    let mut vec = Vec::new();
-    vec.try_reserve_exact(n).map_err(|_| InstallError::OutOfMemory)?;
-    vec.resize(n, v);
-    Ok(Vec::leak(vec))
-}
-
-fn leak_bytes(b: &[u8]) -> &'static [u8] {
-    Vec::leak(b.to_vec())
-}
 
 /// Maps `size` bytes plus a guard page below; returns the 16-aligned top.
 fn map_stack(size: usize) -> Result<(usize, usize), InstallError> {
