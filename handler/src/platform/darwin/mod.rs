@@ -334,6 +334,23 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         Vec::leak(v)
     };
 
+    // Everything that can fail is allocated before our port is registered: once it is, every later error path must
+    // hand the exceptions back (a registered port without a server would leave a crashing thread waiting forever).
+    let scratch = leak_slice(SCRATCH_BYTES, 0u8).map_err(close_dir)?;
+    let write_buf = leak_slice(WRITE_BUF_BYTES, 0u8).map_err(close_dir)?;
+    let frames = leak_slice(config.max_frames, 0u64).map_err(close_dir)?;
+    let repeats = leak_slice(REPEATS, Repeat::default()).map_err(close_dir)?;
+    let messages = leak_slice(MAX_MESSAGES * MESSAGE_BYTES, 0u8).map_err(close_dir)?;
+    let suspended = leak_slice(config.max_threads, 0u32).map_err(close_dir)?;
+    let words = |bytes: usize| bytes.div_ceil(4);
+    let mut buffers = Vec::new();
+    for _ in 0..2 {
+        let rx = leak_slice(words(REQUEST_BUFFER_SIZE), 0u32).map_err(close_dir)?;
+        let tx = leak_slice(words(REPLY_BUFFER_SIZE), 0u32).map_err(close_dir)?;
+        buffers.push((rx, tx));
+    }
+    let (alt_base, alt_size) = map_stack(config.alt_stack_size).map_err(close_dir)?;
+
     let mut mask = EXC_MASK_BAD_ACCESS | EXC_MASK_BAD_INSTRUCTION | EXC_MASK_ARITHMETIC | EXC_MASK_BREAKPOINT;
     if debugger_attached() {
         mask &= !EXC_MASK_BREAKPOINT;
@@ -350,12 +367,12 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         dir_fd,
         threads: ThreadTable::new(slots),
         images,
-        scratch: RawBuf::new(leak_slice(SCRATCH_BYTES, 0u8).map_err(close_dir)?),
-        write_buf: RawBuf::new(leak_slice(WRITE_BUF_BYTES, 0u8).map_err(close_dir)?),
-        frames: RawBuf::new(leak_slice(config.max_frames, 0u64).map_err(close_dir)?),
-        repeats: RawBuf::new(leak_slice(REPEATS, Repeat::default()).map_err(close_dir)?),
-        messages: RawBuf::new(leak_slice(MAX_MESSAGES * MESSAGE_BYTES, 0u8).map_err(close_dir)?),
-        suspended: RawBuf::new(leak_slice(config.max_threads, 0u32).map_err(close_dir)?),
+        scratch: RawBuf::new(scratch),
+        write_buf: RawBuf::new(write_buf),
+        frames: RawBuf::new(frames),
+        repeats: RawBuf::new(repeats),
+        messages: RawBuf::new(messages),
+        suspended: RawBuf::new(suspended),
         text: text(config),
         pac: pac_strip(),
         queue_label_offset: queue_label_offset(),
@@ -376,23 +393,24 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     STATE.store(state_ptr, Ordering::Release);
 
     if exc_port != MACH_PORT_NULL {
-        let words = |bytes: usize| bytes.div_ceil(4);
-        for role in [Role::Secondary, Role::Primary] {
-            let rx = leak_slice(words(REQUEST_BUFFER_SIZE), 0u32)?;
-            let tx = leak_slice(words(REPLY_BUFFER_SIZE), 0u32)?;
+        for (role, (rx, tx)) in [Role::Secondary, Role::Primary].into_iter().zip(buffers) {
             let name = if role == Role::Primary { "crash-exc-primary" } else { "crash-exc-secondary" };
-            std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name(name.into())
                 .stack_size(EXC_THREAD_STACK)
-                .spawn(move || server::run(st, role, rx, tx))
-                .map_err(|e| os_err("spawning an exception thread", e.raw_os_error().unwrap_or(0)))?;
+                .spawn(move || server::run(st, role, rx, tx));
+            if spawned.is_err() {
+                // No server for our port: give the exceptions back; the signal fallback then sees ports that are not
+                // ours and captures every fatal signal itself.
+                stop_mach(st);
+                break;
+            }
             if role == Role::Secondary {
                 wait_secondary_parked(st);
             }
         }
     }
 
-    let (alt_base, alt_size) = map_stack(config.alt_stack_size)?;
     // SAFETY: plain libc calls with valid in/out pointers; the handler has the SA_SIGINFO signature; the previous
     // actions are written into the leaked state before any handler can read them for this signal.
     let old_alt = unsafe {
@@ -413,6 +431,22 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     Ok(())
 }
 
+/// Hands the exceptions back to the handlers saved at install and ends our exception threads (uninstall, or an
+/// install that could not start them).
+fn stop_mach(st: &State) {
+    if st.exc_port == MACH_PORT_NULL {
+        return;
+    }
+    mach::restore_ports(st.mask, &st.saved_ports, crash::state_none());
+    // Destroying the receive right ends both exception threads' receive loops (MACH_RCV_PORT_DIED).
+    // SAFETY: we own the receive right; the threads hold no other reference to it.
+    unsafe { mach_port_mod_refs(mach::task(), st.exc_port, MACH_PORT_RIGHT_RECEIVE, -1) };
+    let secondary = st.secondary_port.load(Ordering::Acquire);
+    if secondary != MACH_PORT_NULL {
+        mach::resume(secondary);
+    }
+}
+
 /// Uninstalls the handler. See [`crate::uninstall`].
 pub fn uninstall() -> Result<(), InstallError> {
     let mut guard = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
@@ -427,16 +461,7 @@ pub fn uninstall() -> Result<(), InstallError> {
             libc::sigaltstack(&inst.old_altstack, core::ptr::null_mut());
         }
     }
-    if st.exc_port != MACH_PORT_NULL {
-        mach::restore_ports(st.mask, &st.saved_ports, crash::state_none());
-        // Destroying the receive right ends both exception threads' receive loops (MACH_RCV_PORT_DIED).
-        // SAFETY: we own the receive right; the threads hold no other reference to it.
-        unsafe { mach_port_mod_refs(mach::task(), st.exc_port, MACH_PORT_RIGHT_RECEIVE, -1) };
-        let secondary = st.secondary_port.load(Ordering::Acquire);
-        if secondary != MACH_PORT_NULL {
-            mach::resume(secondary);
-        }
-    }
+    stop_mach(st);
     // SAFETY: closing the directory opened at install.
     unsafe { libc::close(st.dir_fd) };
     STATE.store(core::ptr::null_mut(), Ordering::Release);
