@@ -10,6 +10,7 @@
 //! Reading is allocation-free, lock-free and async-signal-safe.
 #![allow(unsafe_code)]
 
+use crate::unwind::UnwindSections;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use report_format::encode::{Image, ID_KIND_BUILD_ID};
@@ -33,6 +34,8 @@ pub struct ImageRecord<'a> {
     pub arch: &'static [u8],
     /// Runtime address and size in bytes of the image's `__DATA,__crash_info` section (Apple); `(0, 0)` if none.
     pub crash_info: (u64, u64),
+    /// Where the image's unwind tables are mapped (all absent when unknown).
+    pub unwind: UnwindSections,
 }
 
 /// Longest build id kept, in bytes (GNU build ids are 20 bytes with SHA-1, 16 with MD5/UUID; 32 allows SHA-256).
@@ -59,6 +62,8 @@ pub struct ImageEntry {
     pub crash_info_addr: u64,
     /// Size in bytes of the `__crash_info` section.
     pub crash_info_size: u64,
+    /// Where the image's unwind tables are mapped, read by the unwinder through the fault-proof reader.
+    pub unwind: UnwindSections,
 }
 
 /// A fixed-capacity image list over preallocated storage.
@@ -123,6 +128,7 @@ impl ImageList {
             arch: r.arch,
             crash_info_addr: r.crash_info.0,
             crash_info_size: r.crash_info.1,
+            unwind: r.unwind,
         };
         self.arena_len = end;
         self.count += 1;
@@ -270,6 +276,7 @@ mod tests {
             id_kind: report_format::encode::ID_KIND_UUID,
             arch: b"arm64e",
             crash_info: (0x1_0007_0000, 64),
+            ..ImageRecord::default()
         }));
         let e = *l.entry(0).expect("entry");
         assert_eq!((e.crash_info_addr, e.crash_info_size), (0x1_0007_0000, 64));

@@ -40,6 +40,24 @@ pub trait MemoryReader {
 }
 
 use crate::arch::pac::PacStrip;
+
+/// Where one image's unwind tables are mapped in the crashed process: runtime addresses and sizes in bytes,
+/// `(0, 0)` when the image has no such table. Recorded at install / image load; read after a fault only through
+/// the [`MemoryReader`].
+///
+/// - `eh_frame_hdr`: ELF `.eh_frame_hdr`, located by the `PT_GNU_EH_FRAME` program header (LSB 5.0 §10.6.2);
+///   its binary-search table leads to the FDEs in `.eh_frame`.
+/// - `eh_frame`: a `.eh_frame` / Mach-O `__TEXT,__eh_frame` without a search table (Apple).
+/// - `compact`: Mach-O `__TEXT,__unwind_info` (Apple compact unwind, `<mach-o/compact_unwind_encoding.h>`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwindSections {
+    /// `.eh_frame_hdr`: address, size.
+    pub eh_frame_hdr: (u64, u64),
+    /// `.eh_frame` / `__eh_frame`: address, size (0 size when only known through the header).
+    pub eh_frame: (u64, u64),
+    /// `__unwind_info`: address, size.
+    pub compact: (u64, u64),
+}
 pub use crate::arch::WalkRegs;
 
 /// Longest repeating run (in frames) the walker compresses.

@@ -101,6 +101,7 @@ fn publish(src: &Source) {
                     id_kind: ID_KIND_UUID,
                     arch: r.arch,
                     crash_info: r.crash_info,
+                    ..ImageRecord::default()
                 });
             }
         })

@@ -6,11 +6,15 @@
 //! frames inside them are reported as raw addresses outside every image.
 #![allow(unsafe_code)]
 
-use crate::crash::images::ImageList;
+use crate::crash::images::{ImageList, ImageRecord};
+use crate::unwind::UnwindSections;
+use report_format::encode::ID_KIND_BUILD_ID;
 use std::ffi::CStr;
 
 /// `NT_GNU_BUILD_ID`. Source: glibc `elf.h`.
 pub const NT_GNU_BUILD_ID: u32 = 3;
+/// `PT_GNU_EH_FRAME`: the segment holding `.eh_frame_hdr`. Source: glibc `elf.h`.
+pub const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
 
 /// Finds the GNU build id in an ELF note area (`Elf64_Nhdr` records: namesz, descsz, type, name, desc, each
 /// padded to `align` bytes, 4 or 8). Pure; bounds-checked.
@@ -59,7 +63,11 @@ unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, da
     let mut lo = u64::MAX;
     let mut text_end = 0u64;
     let mut build_id: &[u8] = &[];
+    let mut unwind = UnwindSections::default();
     for ph in phdrs {
+        if ph.p_type == PT_GNU_EH_FRAME {
+            unwind.eh_frame_hdr = (bias.wrapping_add(ph.p_vaddr), ph.p_memsz);
+        }
         if ph.p_type == libc::PT_LOAD {
             lo = lo.min(ph.p_vaddr & !(ph.p_align.max(1) - 1));
             if ph.p_flags & libc::PF_X != 0 {
@@ -91,7 +99,16 @@ unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, da
     ctx.first = false;
     let load = bias.wrapping_add(lo);
     let size = text_end.saturating_sub(lo);
-    ctx.list.push(path, load, size, bias as i64, build_id);
+    ctx.list.push_record(&ImageRecord {
+        path,
+        load_address: load,
+        size,
+        bias: bias as i64,
+        id: build_id,
+        id_kind: ID_KIND_BUILD_ID,
+        unwind,
+        ..ImageRecord::default()
+    });
     0
 }
 
@@ -141,5 +158,8 @@ mod tests {
         let i = list.find(libc_addr).expect("libc image");
         assert!(String::from_utf8_lossy(list.path(i)).contains("libc"), "{:?}", String::from_utf8_lossy(list.path(i)));
         assert!(!list.build_id(i).is_empty(), "libc has a build id");
+        let hdr = list.entry(i).expect("libc entry").unwind.eh_frame_hdr;
+        assert!(hdr.0 != 0 && hdr.1 > 0, "libc has .eh_frame_hdr: {hdr:?}");
+        assert_ne!(list.entry(0).expect("exe entry").unwind.eh_frame_hdr.0, 0, "the test binary has .eh_frame_hdr");
     }
 }
