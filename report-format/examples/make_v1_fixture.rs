@@ -68,6 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         frames: &[0x1_0000_4f50, 0x1_0000_4e10, 0x1_0000_4d00, 0x1_8e0b_2a40],
         frames_truncated: false,
         repeats: &[Repeat { start: 1, len: 2, count: 3 }],
+        trust: &[],
     }))?;
     run(enc.thread(&Thread {
         index: 1,

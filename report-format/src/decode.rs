@@ -13,7 +13,9 @@
 use crate::framing::{
     self, SectionKind, FILE_HEADER_LEN, FORMAT_MAJOR, MAX_SECTION_LEN, SECTION_HEADER_LEN, SECTION_SYNC,
 };
-use crate::model::{Exception, Image, ImageId, Message, Meta, Os, Process, Register, Repeat, Report, ReportId, Thread};
+use crate::model::{
+    Exception, FrameTrust, Image, ImageId, Message, Meta, Os, Process, Register, Repeat, Report, ReportId, Thread,
+};
 use crate::regs;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -654,6 +656,7 @@ struct WThread {
     rs: Option<String>,
     r: Vec<Option<u64>>,
     f: Vec<u64>,
+    tr: Bytes,
     ft: bool,
     rep: Vec<(u32, u32, u32)>,
 }
@@ -671,6 +674,7 @@ impl Default for WThread {
             rs: None,
             r: Vec::new(),
             f: Vec::new(),
+            tr: Bytes(Vec::new()),
             ft: false,
             rep: Vec::new(),
         }
@@ -700,6 +704,7 @@ impl WThread {
             not_captured_reason: self.why,
             register_set: self.rs,
             registers,
+            frame_trust: self.tr.0.iter().map(|b| FrameTrust::from_byte(*b)).collect(),
             frames: self.f,
             frames_truncated: self.ft,
             repeats: self.rep.into_iter().map(|(start, len, count)| Repeat { start, len, count }).collect(),

@@ -212,6 +212,9 @@ pub struct Thread<'a> {
     pub frames_truncated: bool,
     /// Repeating runs left out of `frames`.
     pub repeats: &'a [Repeat],
+    /// How each frame was found, one byte per frame of `frames` (may be shorter, or empty when unknown):
+    /// `model::FrameTrust` values (1 context, 2 CFI, 3 frame pointer, 4 scan, 5 link register).
+    pub trust: &'a [u8],
 }
 
 /// One image (loaded executable or library) inside an IMAGES section (kind 4).
@@ -332,6 +335,7 @@ impl<'s, S: Sink> Encoder<'s, S> {
                 Err(NoRoom) if !t.frames.is_empty() => {
                     let keep = t.frames.len() / 2;
                     t.frames = t.frames.get(..keep).unwrap_or(&[]);
+                    t.trust = t.trust.get(..keep.min(t.trust.len())).unwrap_or(&[]);
                     t.frames_truncated = true;
                     t.repeats = &[];
                 }
@@ -676,6 +680,9 @@ fn encode_thread(w: &mut Cursor<'_>, t: &Thread<'_>) -> R {
     mp::write_array_len(w, n)?;
     for f in t.frames {
         mp::write_uint(w, *f)?;
+    }
+    if !t.trust.is_empty() {
+        map.bin(w, "tr", t.trust.get(..t.trust.len().min(t.frames.len())).unwrap_or(&[]))?;
     }
     map.flag(w, "ft", t.frames_truncated)?;
     if !t.repeats.is_empty() {

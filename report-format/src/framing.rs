@@ -17,7 +17,7 @@ pub const FILE_SUFFIX: &str = ".crashreport";
 /// Major format version this crate writes and the newest it reads. A reader refuses a newer major version.
 pub const FORMAT_MAJOR: u16 = 1;
 /// Minor format version this crate writes. A reader accepts any minor version of its major version.
-pub const FORMAT_MINOR: u16 = 0;
+pub const FORMAT_MINOR: u16 = 1;
 
 /// Size in bytes of the file header: magic (8), major (2), minor (2), CRC-32 of the first 12 bytes (4).
 pub const FILE_HEADER_LEN: usize = 16;

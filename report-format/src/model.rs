@@ -159,6 +159,56 @@ pub struct Register {
     pub value: u64,
 }
 
+/// How the handler found a frame (`THREAD.tr`, SCHEMA.md §4.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FrameTrust {
+    /// The thread's saved registers: an exact pc (frame 0, or the interrupted pc after a signal frame), not a
+    /// return address.
+    Context,
+    /// Unwind tables (DWARF CFI, or Apple compact unwind).
+    Cfi,
+    /// A frame-pointer record.
+    FramePointer,
+    /// A stack scan: a word that looks like a return address (least trustworthy).
+    Scan,
+    /// The link register of frame 0 (arm64 leaf function).
+    LinkRegister,
+    /// A value this version does not know.
+    Unknown,
+}
+
+impl FrameTrust {
+    /// The value of one `tr` byte.
+    pub fn from_byte(b: u8) -> FrameTrust {
+        match b {
+            1 => FrameTrust::Context,
+            2 => FrameTrust::Cfi,
+            3 => FrameTrust::FramePointer,
+            4 => FrameTrust::Scan,
+            5 => FrameTrust::LinkRegister,
+            _ => FrameTrust::Unknown,
+        }
+    }
+
+    /// The `tr` byte of this value (0 for [`FrameTrust::Unknown`]).
+    pub fn to_byte(self) -> u8 {
+        match self {
+            FrameTrust::Context => 1,
+            FrameTrust::Cfi => 2,
+            FrameTrust::FramePointer => 3,
+            FrameTrust::Scan => 4,
+            FrameTrust::LinkRegister => 5,
+            FrameTrust::Unknown => 0,
+        }
+    }
+
+    /// Whether the address is an exact pc (symbolicate it as is) rather than a return address (look up address − 1).
+    pub fn is_exact_pc(self) -> bool {
+        self == FrameTrust::Context
+    }
+}
+
 /// A repeating run of frames left out of [`Thread::frames`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Repeat {
@@ -193,6 +243,9 @@ pub struct Thread {
     pub registers: Vec<Register>,
     /// Raw frame addresses, frame 0 = PC.
     pub frames: Vec<u64>,
+    /// How each frame was found, index-aligned with `frames` (empty when the report does not say; shorter when
+    /// only the first frames say).
+    pub frame_trust: Vec<FrameTrust>,
     /// True when the walk stopped at the frame cap.
     pub frames_truncated: bool,
     /// Runs of frames left out of `frames`.
@@ -212,6 +265,7 @@ impl Default for Thread {
             register_set: None,
             registers: Vec::new(),
             frames: Vec::new(),
+            frame_trust: Vec::new(),
             frames_truncated: false,
             repeats: Vec::new(),
         }

@@ -79,6 +79,7 @@ pub fn to_bytes(report: &Report) -> Result<Vec<u8>, EncodeError> {
         };
         let repeats: Vec<encode::Repeat> =
             t.repeats.iter().map(|r| encode::Repeat { start: r.start, len: r.len, count: r.count }).collect();
+        let trust: Vec<u8> = t.frame_trust.iter().map(|t| t.to_byte()).collect();
         enc.thread(&encode::Thread {
             index: t.index,
             id: t.id,
@@ -92,6 +93,7 @@ pub fn to_bytes(report: &Report) -> Result<Vec<u8>, EncodeError> {
             frames: &t.frames,
             frames_truncated: t.frames_truncated,
             repeats: &repeats,
+            trust: &trust,
         })?;
     }
     // Images go out in runs of consecutive indices so that gaps survive a round trip.

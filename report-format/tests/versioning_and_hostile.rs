@@ -93,6 +93,7 @@ fn newer_minor_version_is_read() {
 fn newer_major_version_is_refused() {
     let mut b = report_with_raw(&[]);
     b[8] = 2; // major
+    b[10] = 0; // minor
     let crc = crc32fast::hash(&b[..12]).to_le_bytes();
     b[12..16].copy_from_slice(&crc);
     let e = decode(&b).expect_err("refused");

@@ -129,6 +129,7 @@ fn encoding_a_large_report_allocates_nothing() {
                 frames: &frames[t],
                 frames_truncated: false,
                 repeats: &[],
+                trust: &[],
             })
             .expect("thread");
         }

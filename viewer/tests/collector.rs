@@ -13,7 +13,7 @@ fn report(id: u8) -> Vec<u8> {
     let mut m =
         Meta { report_id: ReportId([id; 16]), capture_time_ns: Some(u64::from(id) * 1_000_000_000), ..Meta::default() };
     m.process.name = Some("Demo".into());
-    report_format::owned::to_bytes(&Report { format_version: (1, 0), meta: Some(m), ..Report::default() })
+    report_format::owned::to_bytes(&Report { format_version: (1, 1), meta: Some(m), ..Report::default() })
         .expect("encodes")
 }
 

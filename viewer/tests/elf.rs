@@ -61,7 +61,7 @@ fn inlined_address(store: &mut SymbolStore, prog: &Path) -> u64 {
 
 fn report(prog: &Path, id: Vec<u8>, frames: Vec<u64>) -> Vec<u8> {
     let r = Report {
-        format_version: (1, 0),
+        format_version: (1, 1),
         meta: Some(Meta {
             arch: Some("x86_64".into()),
             os: Os { name: Some("Linux".into()), version: Some("6.1.0".into()), build: None },
@@ -173,7 +173,7 @@ fn image_found_at_its_own_path_when_it_exists_here() {
     let prog = gcc(dir.path(), "prog", SOURCE, &[]);
     let leaf = symbol(&prog, "leaf");
     let r = Report {
-        format_version: (1, 0),
+        format_version: (1, 1),
         meta: Some(Meta { os: Os { name: Some("Linux".into()), ..Os::default() }, ..Meta::default() }),
         threads: vec![Thread { index: 0, crashed: true, frames: vec![LOAD + leaf], ..Thread::default() }],
         images: vec![Image {

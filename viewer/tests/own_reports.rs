@@ -23,7 +23,7 @@ pub fn ios_report() -> Report {
     let arm_refs: Vec<(&str, u64)> = arm.iter().map(|(n, v)| (n.as_str(), *v)).collect();
     let (set, registers) = regs("arm64", &arm_refs);
     Report {
-        format_version: (1, 0),
+        format_version: (1, 1),
         meta: Some(Meta {
             report_id: ReportId([
                 0x62, 0x51, 0x12, 0x5f, 9, 0x19, 0x48, 0x79, 0xb3, 0x6b, 0xf5, 0xf2, 0x1e, 0x69, 0x02, 0x2e,

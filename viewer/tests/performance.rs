@@ -48,7 +48,7 @@ fn sixty_four_by_sixty_four_against_ten_debug_files() {
         images.push((ImageId::BuildId(id), 0x1000, 0x400));
     }
     let mut report = Report {
-        format_version: (1, 0),
+        format_version: (1, 1),
         meta: Some(Meta {
             arch: Some("arm64".into()),
             os: Os { name: Some("iPhone OS".into()), ..Os::default() },

@@ -2,14 +2,14 @@
 #![allow(dead_code)]
 
 use report_format::model::{
-    Exception, Image, ImageId, Message, Meta, Os, Process, Register, Repeat, Report, ReportId, Thread,
+    Exception, FrameTrust, Image, ImageId, Message, Meta, Os, Process, Register, Repeat, Report, ReportId, Thread,
 };
 use report_format::regs;
 
 /// A realistic arm64 iOS-style report with every kind of section and field.
 pub fn sample_report(threads: u32, frames: u32, images: u32) -> Report {
     let mut r = Report {
-        format_version: (1, 0),
+        format_version: (1, 1),
         meta: Some(Meta {
             report_id: ReportId(*b"\x62\x51\x12\x5f\x09\x19\x48\x79\xb3\x6b\xf5\xf2\xd1\xe6\x90\x2e"),
             capture_time_ns: Some(1_659_543_061_245_500_000),
@@ -66,6 +66,10 @@ pub fn sample_report(threads: u32, frames: u32, images: u32) -> Report {
             register_set: Some("arm64".into()),
             registers,
             frames: (0..frames).map(|f| 0x1_0000_0000 + u64::from(t) * 0x10000 + u64::from(f) * 4).collect(),
+            // Every kind of trust, so the round trip covers the `tr` bytes.
+            frame_trust: (0..frames)
+                .map(|f| if f == 0 { FrameTrust::Context } else { FrameTrust::from_byte((f % 5 + 1) as u8) })
+                .collect(),
             frames_truncated: false,
             repeats: if t == 1 { vec![Repeat { start: 2, len: 3, count: 1000 }] } else { Vec::new() },
         });
