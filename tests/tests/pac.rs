@@ -9,7 +9,11 @@
 #![allow(unsafe_code)]
 
 use handler::arch::aarch64::{strip_pac, LINUX_USER_VA_BITS};
-use handler::unwind::{walk, MemoryReader, Repeat, WalkOptions, WalkRegs};
+use handler::arch::{aarch64, RegisterValues};
+use handler::crash::images::{ImageEntry, ImageList};
+use handler::platform::linux::crash::memory;
+use handler::platform::linux::images::snapshot;
+use handler::unwind::{walk, MemoryReader, Repeat, WalkBuffers, WalkOptions};
 use std::arch::asm;
 use std::hint::black_box;
 
@@ -78,9 +82,26 @@ fn innermost() -> Sample {
     let mut mem = OwnStack { lo, hi };
     let rec0 = [mem.read_u64(fp).expect("own frame record"), mem.read_u64(fp + 8).expect("saved lr")];
     let rec1_ret = mem.read_u64(rec0[0] + 8).expect("caller's saved lr");
+    // The walk as the crash path does it: the fault-proof reader (its pipe fallback under qemu-user) and the
+    // image table with each image's unwind tables.
+    let mut images = ImageList::from_parts(Vec::leak(vec![ImageEntry::default(); 512]), Vec::leak(vec![0u8; 1 << 17]));
+    snapshot(&mut images, b"/proc/self/exe");
+    let mut page = vec![0u8; memory::BLOCK];
+    let mut fds = [0i32; 2];
+    // SAFETY: valid out-array of two ints.
+    let pipe =
+        (unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } == 0).then_some((fds[0], fds[1]));
+    // SAFETY: getpid has no preconditions.
+    let mut reader = memory::ProcessVmReader::new(unsafe { libc::getpid() }, &mut page).with_pipe(pipe);
+    let mut regs = RegisterValues::new(aarch64::SET, aarch64::LEN);
+    regs.put(32, pc);
+    regs.put(31, sp);
+    regs.put(29, fp);
     let mut frames = [0u64; 8];
+    let mut trust = [0u8; 8];
     let mut reps = [Repeat::default(); 2];
-    let o = walk(&WalkRegs { pc, sp, fp, lr: None }, &mut mem, &WalkOptions::host(), &mut frames, &mut reps);
+    let bufs = WalkBuffers { frames: &mut frames, trust: &mut trust, repeats: &mut reps };
+    let o = walk(&regs, &mut reader, &images, &WalkOptions::host(), bufs);
     assert!(o.frames >= 3, "walk too short: {o:?}");
     Sample { raw: [rec0[1], rec1_ret], walked: [frames[1], frames[2]] }
 }

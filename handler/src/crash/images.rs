@@ -10,7 +10,7 @@
 //! Reading is allocation-free, lock-free and async-signal-safe.
 #![allow(unsafe_code)]
 
-use crate::unwind::UnwindSections;
+use crate::unwind::{CodeMap, Module, UnwindSections};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use report_format::encode::{Image, ID_KIND_BUILD_ID};
@@ -190,6 +190,14 @@ impl ImageList {
     pub fn find(&self, addr: u64) -> Option<usize> {
         (0..self.count)
             .find(|&i| self.entry(i).is_some_and(|e| addr >= e.load_address && addr - e.load_address < e.size.max(1)))
+    }
+}
+
+impl CodeMap for ImageList {
+    /// The image whose text range holds `addr` (linear search; allocation-free, signal-safe).
+    fn module_for(&self, addr: u64) -> Option<Module> {
+        let e = self.entry(self.find(addr)?)?;
+        Some(Module { start: e.load_address, end: e.load_address.saturating_add(e.size), unwind: e.unwind })
     }
 }
 

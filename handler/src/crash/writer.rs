@@ -217,6 +217,8 @@ pub struct WorkBuffers<'a> {
     pub scratch: &'a mut [u8],
     /// The reusable frame buffer (one thread at a time).
     pub frames: &'a mut [u64],
+    /// How each frame was found (`unwind::trust`), index-aligned with `frames` and as long.
+    pub trust: &'a mut [u8],
     /// Repeat records for the current thread.
     pub repeats: &'a mut [Repeat],
 }
@@ -283,13 +285,11 @@ pub fn write_report<S: Sink, M: MemoryReader>(
                 t.captured = true;
                 t.register_set = d.regs.set;
                 t.registers = d.regs.to_options(&mut regs_buf);
-                if let Some(start) = d.regs.walk_start() {
-                    let is_code = |a: u64| images.find(a).is_some();
-                    let o = unwind::walk_checked(&start, mem, opts, Some(&is_code), bufs.frames, bufs.repeats);
-                    n_frames = o.frames;
-                    n_reps = o.repeats;
-                    t.frames_truncated = o.truncated;
-                }
+                let out = unwind::WalkBuffers { frames: bufs.frames, trust: bufs.trust, repeats: bufs.repeats };
+                let o = unwind::walk(&d.regs, mem, images, opts, out);
+                n_frames = o.frames;
+                n_reps = o.repeats;
+                t.frames_truncated = o.truncated;
             }
             Some(d) => {
                 t.name = d.name();
@@ -298,6 +298,7 @@ pub fn write_report<S: Sink, M: MemoryReader>(
             None => t.reason = STILL_WRITING,
         }
         t.frames = bufs.frames.get(..n_frames).unwrap_or(&[]);
+        t.trust = bufs.trust.get(..n_frames).unwrap_or(&[]);
         t.repeats = bufs.repeats.get(..n_reps).unwrap_or(&[]);
         enc.thread(&t)?;
     }
@@ -382,12 +383,30 @@ mod tests {
     use crate::crash::threads::{ThreadSlot, NOT_CAPTURED};
     use std::collections::BTreeMap;
 
-    struct Mem(BTreeMap<u64, u64>);
+    /// Memory by byte; 8-byte words are stored as their bytes.
+    struct Mem(BTreeMap<u64, u8>);
+    impl Mem {
+        fn words(words: &[(u64, u64)]) -> Mem {
+            let mut m = BTreeMap::new();
+            for (a, w) in words {
+                for (i, b) in w.to_le_bytes().iter().enumerate() {
+                    m.insert(a + i as u64, *b);
+                }
+            }
+            Mem(m)
+        }
+        /// Code bytes ending in a `call rel32` right before `ret`.
+        fn call_before(&mut self, ret: u64) {
+            for (i, b) in [0x90u8, 0x90, 0x90, 0xE8, 0, 0, 0, 0].iter().enumerate() {
+                self.0.insert(ret - 8 + i as u64, *b);
+            }
+        }
+    }
     impl MemoryReader for Mem {
         fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
-            for (k, c) in buf.chunks_mut(8).enumerate() {
-                match self.0.get(&(addr + 8 * k as u64)) {
-                    Some(w) => c.copy_from_slice(&w.to_ne_bytes()[..c.len()]),
+            for (k, c) in buf.iter_mut().enumerate() {
+                match self.0.get(&(addr + k as u64)) {
+                    Some(b) => *c = *b,
                     None => return false,
                 }
             }
@@ -425,18 +444,25 @@ mod tests {
         assert_eq!(table.slot(1).map(|s| s.state()), Some(NOT_CAPTURED));
         table.publish();
 
-        let mut mem = Mem(BTreeMap::from([
+        // No unwind tables here: the frame-pointer records are followed, their return addresses after calls.
+        let mut mem = Mem::words(&[
+            (0x7000_0000, 0),
+            (0x7000_0008, 0),
             (0x7000_0010, 0x7000_0020),
             (0x7000_0018, 0x40_1234),
             (0x7000_0020, 0),
             (0x7000_0028, 0x40_5678),
-        ]));
+        ]);
+        mem.call_before(0x40_1234);
+        mem.call_before(0x40_5678);
         let mut images = ImageList::from_parts(Vec::leak(vec![ImageEntry::default(); 4]), Vec::leak(vec![0u8; 256]));
         images.push(b"/bin/app", 0x40_0000, 0x10000, 0, &[0xaa; 20]);
         let mut scratch = vec![0u8; 65536];
         let mut frames = vec![0u64; 512];
+        let mut trust = vec![0u8; 512];
         let mut reps = [Repeat::default(); 8];
-        let mut bufs = WorkBuffers { scratch: &mut scratch, frames: &mut frames, repeats: &mut reps };
+        let mut bufs =
+            WorkBuffers { scratch: &mut scratch, frames: &mut frames, trust: &mut trust, repeats: &mut reps };
         let head = ReportHead {
             meta: Meta { arch: b"x86_64", ..Meta::default() },
             exception: Exception { signal: Some(11), si_code: Some(1), fault_address: Some(0), ..Exception::default() },
@@ -454,6 +480,8 @@ mod tests {
         assert_eq!(r.messages.len(), 1);
         assert_eq!(r.messages[0].text, "Fatal error: boom");
         assert_eq!(ct.frames, vec![0x40_0000, 0x40_1234, 0x40_5678]);
+        use report_format::model::FrameTrust;
+        assert_eq!(ct.frame_trust, vec![FrameTrust::Context, FrameTrust::FramePointer, FrameTrust::FramePointer]);
         assert_eq!(ct.register("rip"), Some(0x40_0000));
         let other = &r.threads[1];
         assert!(!other.captured);

@@ -1,27 +1,45 @@
-//! The pure frame-pointer stack walker.
+//! The pure stack unwinder: unwind tables first, frame pointers second, a stack scan last.
 //!
-//! Input: the registers a walk starts from ([`WalkRegs`]) and a [`MemoryReader`] (the only way stack memory is
-//! read: `process_vm_readv` on Linux, `mach_vm_read_overwrite` on Apple, a byte map in tests). Output: raw frame
-//! addresses (frame 0 = PC, then return addresses, unadjusted; the `- 1` for symbol lookup is the viewer's job)
-//! into a caller-provided buffer, plus repeat records that keep deep recursion whole.
+//! Input: a thread's registers (`RegisterValues`, any architecture the report knows: the set's name selects
+//! [`x86_64::SPEC`] or [`aarch64::SPEC`]), a [`MemoryReader`] (the only way memory is read: `process_vm_readv` on
+//! Linux, `vm_read_overwrite` on Apple, a byte map in tests) and a [`CodeMap`] (which image holds an address, and
+//! where its unwind tables are). Output: raw frame addresses (frame 0 = PC, then return addresses, unadjusted; the
+//! `- 1` for symbol lookup is the viewer's job) with how each was found ([`trust`]), into caller buffers, plus
+//! repeat records that keep deep recursion whole.
 //!
-//! A frame record is `[previous fp, return address]` at `fp` on both x86-64 (`push rbp; mov rbp, rsp`) and arm64
-//! (`stp x29, x30, [sp, #-16]!; mov x29, sp`). The walk stops when the frame pointer is 0, misaligned, not strictly
-//! increasing, outside `[sp, sp + max_stack_span)`, unreadable, when a return address is 0 (after PAC stripping),
-//! or at the step cap.
+//! Each step, for the current frame:
+//! 1. **CFI** ([`cfi`]): the image's `.eh_frame_hdr` table finds the FDE covering the pc (the return address minus
+//!    one for callers), gimli evaluates its row, the rules give the caller's registers. A return-address column the
+//!    CFI marks undefined ends the stack (glibc's `_start`, `clone3`).
+//! 2. **Link register** (arm64, frame 0 only, no CFI): `x30` is the caller when it follows a branch-with-link.
+//!    **Return slot** (x86-64, frame 0 only, pc outside every image: a call through a bad pointer): the word at `sp`.
+//! 3. **Frame pointer**: the record `[previous fp, return address]` at `fp`, when it lies inside the stack above
+//!    `sp` and its return address is in an image right after a call instruction.
+//! 4. **Scan** (last resort, at most [`WalkOptions::max_scans`] times a walk): the first of the
+//!    [`WalkOptions::scan_words`] words above `sp` that is a return address (inside an image, right after a call
+//!    instruction), never past an unreadable word or the end of the stack.
 //!
-//! **arm64 leaf heuristic.** A leaf function (or any function before its prologue has stored `x30`) has no frame
-//! record of its own, so its caller appears only in LR. When `lr` is given, the walker uses LR as frame 1 unless it
-//! equals the return address stored in the first frame record (then the function already saved it and LR adds
-//! nothing). Cost of the heuristic: a non-leaf function interrupted after a call returned and before its epilogue
-//! holds a stale LR that points into itself, so its own function appears twice (frames 0 and 1). This is the
-//! trade-off PLCrashReporter and KSCrash make; only the crashed thread of a fault, and threads stopped by signal, pass
-//! LR.
+//! Every caller must lie inside the thread's own stack: `[sp, end)` where `end` is found lazily by probing pages
+//! upward from `sp` until the first unreadable one (the guard page of the next mapping), at most
+//! [`WalkOptions::max_stack_span`] bytes. A step must move `sp` up (arm64's frame 0 → 1 may keep it). Only a signal
+//! frame (CIE augmentation `S`) may move to another stack (an alternate signal stack back to the interrupted one),
+//! at most [`MAX_STACK_HOPS`] times.
 //!
 //! **Repeats.** A run of `p` frames (1 ≤ p ≤ [`MAX_REPEAT_PERIOD`]) that repeats back to back is stored once and
 //! counted, so a stack overflow's callers (below thousands of recursive frames) stay in the report.
 //!
-//! Never allocates, locks or panics; async-signal-safe when the reader is.
+//! Never allocates, locks or panics; async-signal-safe when the reader is. No `unsafe`.
+
+pub mod aarch64;
+pub mod cfi;
+pub mod expr;
+pub mod regs;
+pub mod x86_64;
+
+use crate::arch::pac::PacStrip;
+use crate::arch::RegisterValues;
+pub use crate::arch::WalkRegs;
+use regs::{ArchSpec, UnwindRegs};
 
 /// A fault-proof reader of the crashed process's memory.
 pub trait MemoryReader {
@@ -37,9 +55,12 @@ pub trait MemoryReader {
             None
         }
     }
-}
 
-use crate::arch::pac::PacStrip;
+    /// Whether the byte at `addr` is readable (used to find where a stack's mapping ends, a page at a time).
+    fn probe(&mut self, addr: u64) -> bool {
+        self.read(addr, &mut [0u8; 1])
+    }
+}
 
 /// Where one image's unwind tables are mapped in the crashed process: runtime addresses and sizes in bytes,
 /// `(0, 0)` when the image has no such table. Recorded at install / image load; read after a fault only through
@@ -58,26 +79,74 @@ pub struct UnwindSections {
     /// `__unwind_info`: address, size.
     pub compact: (u64, u64),
 }
-pub use crate::arch::WalkRegs;
+
+/// An image as the unwinder sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Module {
+    /// Start of the image's text range (bytes, runtime address).
+    pub start: u64,
+    /// End (exclusive) of the text range.
+    pub end: u64,
+    /// Its unwind tables.
+    pub unwind: UnwindSections,
+}
+
+/// Which image holds a code address. Implemented by the crash path's image table; must be allocation-free and
+/// signal-safe.
+pub trait CodeMap {
+    /// The image whose text range holds `addr`.
+    fn module_for(&self, addr: u64) -> Option<Module>;
+}
+
+/// A code map with no images (every address is unknown code).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoCode;
+
+impl CodeMap for NoCode {
+    fn module_for(&self, _addr: u64) -> Option<Module> {
+        None
+    }
+}
+
+/// How each frame was found, one byte per stored frame: the report's `THREAD.tr` values
+/// (`report_format::model::FrameTrust`).
+pub mod trust {
+    /// The thread's own saved registers: an exact pc (frame 0, or the interrupted pc after a signal frame).
+    pub const CONTEXT: u8 = 1;
+    /// Unwind tables (DWARF CFI; compact unwind on Apple).
+    pub const CFI: u8 = 2;
+    /// A frame-pointer record.
+    pub const FRAME_POINTER: u8 = 3;
+    /// A stack scan (a word that looks like a return address).
+    pub const SCAN: u8 = 4;
+    /// The link register (arm64 `x30`) of frame 0 without unwind tables.
+    pub const LINK_REGISTER: u8 = 5;
+}
 
 /// Longest repeating run (in frames) the walker compresses.
 pub const MAX_REPEAT_PERIOD: usize = 8;
+/// Times a walk may move to another stack through a signal frame.
+pub const MAX_STACK_HOPS: usize = 2;
+/// Page granularity of the stack-end probe, bytes (the smallest page size of x86-64 and arm64 Linux and Apple
+/// x86-64; a larger real page only means more probes, never a wrong answer).
+pub const PROBE_PAGE: u64 = 4096;
 
 /// Walk limits and per-architecture rules.
 #[derive(Clone, Copy, Debug)]
 pub struct WalkOptions {
     /// Required alignment of a frame pointer in bytes (8 on x86-64 and arm64).
     pub fp_align: u64,
-    /// Frame records must lie in `[sp, sp + max_stack_span)` (bytes).
+    /// The stack is never taken to extend more than this many bytes above `sp`.
     pub max_stack_span: u64,
-    /// Most frame records followed (bounds the time a pathological stack costs; repeats count too).
+    /// Most unwind steps taken (bounds the time a pathological stack costs; repeats count too).
     pub max_steps: usize,
     /// Clears pointer-authentication bits from return addresses and `lr` (`None`: values are used as they are,
     /// right on x86-64). The one stripper shared by the Linux and Apple paths ([`crate::arch::pac`]).
     pub strip: Option<PacStrip>,
-    /// Bytes above `sp` searched for a frame record when the first one is not valid (see [`walk_checked`]);
-    /// 0 disables the search.
-    pub scan_bytes: u64,
+    /// Words above `sp` a scan looks at (0 disables scanning).
+    pub scan_words: u64,
+    /// Scans allowed in one walk.
+    pub max_scans: usize,
 }
 
 impl WalkOptions {
@@ -96,14 +165,16 @@ const HOST_STRIP: Option<PacStrip> =
     if cfg!(target_arch = "aarch64") { PacStrip::with_va_bits(crate::arch::pac::LINUX_ARM64_VA_BITS) } else { None };
 
 impl WalkOptions {
-    /// Options for this host: 8-byte alignment, 1 GiB stack span, 1 Mi steps, and PAC stripping on arm64.
+    /// Options for this host: 8-byte alignment, 256 MiB stack span, 1 Mi steps, 64-word scans at most 4 times,
+    /// and PAC stripping on arm64.
     pub const fn host() -> Self {
         WalkOptions {
             fp_align: 8,
-            max_stack_span: 1 << 30,
+            max_stack_span: 256 << 20,
             max_steps: 1 << 20,
             strip: HOST_STRIP,
-            scan_bytes: 16 * 1024,
+            scan_words: 64,
+            max_scans: 4,
         }
     }
 }
@@ -117,24 +188,23 @@ impl Default for WalkOptions {
 /// Why the walk ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
-    /// The frame pointer was 0: the normal end of a stack.
-    NullFramePointer,
-    /// The frame pointer was not aligned.
-    Misaligned,
-    /// The next frame pointer was not above the previous one (a cycle or garbage).
+    /// The unwind tables mark the outermost frame, or the frame-pointer chain or return address ended with 0:
+    /// the normal end of a stack.
+    End,
+    /// No unwind table, frame record or scanned word gave a believable caller.
+    NoCaller,
+    /// The caller's stack pointer was not above the current one (a cycle or garbage).
     NotIncreasing,
-    /// The frame pointer left `[sp, sp + max_stack_span)`.
+    /// The caller's frame would lie outside the thread's stack.
     OutsideStack,
-    /// The frame record could not be read.
-    Unreadable,
-    /// A return address was 0.
-    NullReturnAddress,
     /// The output buffer filled up (frames truncated).
     FrameCap,
-    /// `max_steps` frame records were followed.
+    /// `max_steps` steps were taken.
     StepCap,
     /// The output buffer has no room even for frame 0.
     NoRoom,
+    /// The register set is not one this unwinder knows, or lacks the pc or sp.
+    NoRegisters,
 }
 
 /// A repeating run (same meaning as `report_format::encode::Repeat`).
@@ -143,7 +213,7 @@ pub type Repeat = report_format::encode::Repeat;
 /// Result of a walk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WalkOutcome {
-    /// Frames stored at the front of the output buffer.
+    /// Frames stored at the front of the output buffer (and trust bytes at the front of the trust buffer).
     pub frames: usize,
     /// Repeat records stored at the front of the repeat buffer.
     pub repeats: usize,
@@ -153,9 +223,22 @@ pub struct WalkOutcome {
     pub stop: StopReason,
 }
 
+/// Caller buffers a walk fills: frames, one trust byte per frame (same length or shorter: bytes past its end are
+/// not stored), repeat records.
+#[derive(Debug)]
+pub struct WalkBuffers<'a> {
+    /// Frame addresses.
+    pub frames: &'a mut [u64],
+    /// [`trust`] values, index-aligned with `frames`.
+    pub trust: &'a mut [u8],
+    /// Repeat records.
+    pub repeats: &'a mut [Repeat],
+}
+
 /// Output under construction: frames plus online repeat detection.
 struct Out<'a> {
     frames: &'a mut [u64],
+    trust: &'a mut [u8],
     n: usize,
     repeats: &'a mut [Repeat],
     nrep: usize,
@@ -171,10 +254,17 @@ impl Out<'_> {
         self.frames.get(i).copied().unwrap_or(0)
     }
 
-    fn store(&mut self, v: u64) -> bool {
+    fn trust_at(&self, i: usize) -> u8 {
+        self.trust.get(i).copied().unwrap_or(0)
+    }
+
+    fn store(&mut self, v: u64, t: u8) -> bool {
         match self.frames.get_mut(self.n) {
             Some(slot) => {
                 *slot = v;
+                if let Some(ts) = self.trust.get_mut(self.n) {
+                    *ts = t;
+                }
                 self.n += 1;
                 true
             }
@@ -199,8 +289,8 @@ impl Out<'_> {
         }
         self.floor = self.n;
         for j in 0..k {
-            let v = self.at(start + j);
-            if !self.store(v) {
+            let (v, t) = (self.at(start + j), self.trust_at(start + j));
+            if !self.store(v, t) {
                 return false;
             }
         }
@@ -208,8 +298,8 @@ impl Out<'_> {
         true
     }
 
-    /// Appends one frame; `false` when the buffer is full.
-    fn push(&mut self, v: u64) -> bool {
+    /// Appends one frame found by `t`; `false` when the buffer is full.
+    fn push(&mut self, v: u64, t: u8) -> bool {
         if let Some((start, p, k, cycles)) = self.active {
             if self.at(start + k) == v {
                 let k = k + 1;
@@ -221,7 +311,7 @@ impl Out<'_> {
                 return false;
             }
         }
-        if !self.store(v) {
+        if !self.store(v, t) {
             return false;
         }
         // Do the last 2p stored frames form two copies of one run? Then drop the second copy and count.
@@ -245,37 +335,19 @@ impl Out<'_> {
     }
 }
 
-/// Walks one stack. `frames` receives frame 0 (the PC) and the return addresses; `repeats` the compressed runs.
-/// Never allocates or panics; async-signal-safe when `mem` is.
-pub fn walk<M: MemoryReader>(
-    start: &WalkRegs,
+/// Walks one stack from the registers `start` (see the module docs for the order of methods). Never allocates
+/// or panics; async-signal-safe when `mem` and `code` are. Uses about 20 KiB of stack (gimli's row storage and the
+/// CIE/FDE copy).
+pub fn walk<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
+    start: &RegisterValues,
     mem: &mut M,
+    code: &C,
     opts: &WalkOptions,
-    frames: &mut [u64],
-    repeats: &mut [Repeat],
+    bufs: WalkBuffers<'_>,
 ) -> WalkOutcome {
-    walk_checked(start, mem, opts, None, frames, repeats)
-}
-
-/// Like [`walk`], with a code-address test (e.g. "inside the text range of a loaded image").
-///
-/// **Bridging frameless code.** When the chain breaks (the frame pointer is not aligned, not above the previous
-/// record, outside the stack, unreadable, or its return address is not accepted by `is_code`), the code that ran
-/// keeps no frame pointer (glibc's `raise`/`abort`, or a precompiled library) and `rbp`/`x29` holds an unrelated
-/// value. The walker then searches the `opts.scan_bytes` above the last good record (or above `sp` at the start)
-/// for the lowest frame record that starts a believable chain ([`SCAN_MIN_CHAIN`] valid records, or fewer ending
-/// in a null frame pointer) and continues from there, at most [`MAX_BRIDGES`] times. Frames of the frameless
-/// functions themselves are lost (documented in the handler README).
-pub fn walk_checked<M: MemoryReader>(
-    start: &WalkRegs,
-    mem: &mut M,
-    opts: &WalkOptions,
-    is_code: Option<&dyn Fn(u64) -> bool>,
-    frames: &mut [u64],
-    repeats: &mut [Repeat],
-) -> WalkOutcome {
-    let mut out = Out { frames, n: 0, repeats, nrep: 0, active: None, floor: 0, lost: false };
-    let stop = walk_into(start, mem, opts, is_code, &mut out);
+    let WalkBuffers { frames, trust, repeats } = bufs;
+    let mut out = Out { frames, trust, n: 0, repeats, nrep: 0, active: None, floor: 0, lost: false };
+    let stop = walk_into(start, mem, code, opts, &mut out);
     let (n, nrep, lost) = out.finish();
     let truncated = lost || matches!(stop, StopReason::FrameCap | StopReason::StepCap);
     let stop =
@@ -283,156 +355,288 @@ pub fn walk_checked<M: MemoryReader>(
     WalkOutcome { frames: n, repeats: nrep, truncated, stop }
 }
 
-/// Most times one walk bridges a broken chain by searching for a frame record.
-pub const MAX_BRIDGES: usize = 16;
+/// The architecture a register set belongs to.
+pub fn arch_of(regs: &RegisterValues) -> Option<&'static ArchSpec> {
+    if regs.set == crate::arch::x86_64::SET {
+        Some(&x86_64::SPEC)
+    } else if regs.set == crate::arch::aarch64::SET {
+        Some(&aarch64::SPEC)
+    } else {
+        None
+    }
+}
 
-fn walk_into<M: MemoryReader>(
-    start: &WalkRegs,
+/// The thread's stack as far as it is known: `[lo, hi)` readable, never beyond `limit`; `hi` grows lazily by
+/// probing a page at a time until the first unreadable page, which ends the stack for good.
+struct Stack {
+    lo: u64,
+    hi: u64,
+    limit: u64,
+    ended: bool,
+}
+
+impl Stack {
+    fn new(sp: u64, span: u64) -> Stack {
+        Stack { lo: sp, hi: sp, limit: sp.saturating_add(span), ended: false }
+    }
+
+    /// Whether `[addr, addr + len)` lies inside the stack (probing further pages as needed).
+    fn holds<M: MemoryReader + ?Sized>(&mut self, mem: &mut M, addr: u64, len: u64) -> bool {
+        let Some(end) = addr.checked_add(len) else { return false };
+        if addr < self.lo || end > self.limit {
+            return false;
+        }
+        while end > self.hi {
+            if self.ended {
+                return false;
+            }
+            if !mem.probe(self.hi) {
+                // A stack overflow leaves sp inside the guard page below the stack: the stack proper starts at the
+                // next page. Only at the very start, and only one page.
+                let next = (self.hi | (PROBE_PAGE - 1)).saturating_add(1);
+                if self.hi == self.lo && next < self.limit && mem.probe(next) {
+                    self.hi = next;
+                    continue;
+                }
+                self.ended = true;
+                return false;
+            }
+            // The page holding `hi` is readable: the stack reaches at least to its end.
+            let next = (self.hi | (PROBE_PAGE - 1)).saturating_add(1).min(self.limit);
+            if next <= self.hi {
+                self.ended = true;
+                return false;
+            }
+            self.hi = next;
+        }
+        true
+    }
+}
+
+fn call_precedes<M: MemoryReader + ?Sized>(arch: &ArchSpec, mem: &mut M, ret: u64) -> bool {
+    if arch.link_register {
+        aarch64::call_precedes(mem, ret)
+    } else {
+        x86_64::call_precedes(mem, ret)
+    }
+}
+
+/// Whether `ret` is believable as a return address: inside an image, right after a call instruction.
+fn is_return_address<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
+    arch: &ArchSpec,
     mem: &mut M,
+    code: &C,
+    ret: u64,
+) -> bool {
+    ret > 1 && code.module_for(ret - 1).is_some() && call_precedes(arch, mem, ret)
+}
+
+/// One found caller: its registers and how it was found.
+struct Caller {
+    regs: UnwindRegs,
+    trust: u8,
+}
+
+fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
+    start: &RegisterValues,
+    mem: &mut M,
+    code: &C,
     opts: &WalkOptions,
-    is_code: Option<&dyn Fn(u64) -> bool>,
     out: &mut Out<'_>,
 ) -> StopReason {
-    if !out.push(start.pc) {
+    let Some(arch) = arch_of(start) else {
+        return StopReason::NoRegisters;
+    };
+    let Some(mut regs) = arch.regs_from(start) else {
+        return StopReason::NoRegisters;
+    };
+    let (Some(pc0), Some(sp0)) = (regs.get(arch.pc), regs.get(arch.sp)) else {
+        return StopReason::NoRegisters;
+    };
+    let pc0 = opts.strip_value(pc0);
+    regs.set(arch.pc, pc0);
+    if arch.link_register {
+        if let Some(lr) = regs.get(arch.ra) {
+            regs.set(arch.ra, opts.strip_value(lr));
+        }
+    }
+    if !out.push(pc0, trust::CONTEXT) {
         return StopReason::NoRoom;
     }
-    let lo = start.sp;
-    let hi = start.sp.saturating_add(opts.max_stack_span);
-    let align = opts.fp_align.max(1);
-    let mut fp = start.fp;
-    // The last frame record followed (the next one must lie above it); `None` before the first.
-    let mut prev: Option<u64> = None;
-    let mut bridges = 0usize;
+    let mut stack = Stack::new(sp0, opts.max_stack_span);
+    let mut ctx = cfi::Context::new_in();
+    let mut cache = cfi::FdeCache::default();
+    let mut exact = true;
+    let mut first = true;
+    let mut scans = 0usize;
+    let mut hops = 0usize;
     for _ in 0..opts.max_steps {
-        let first = prev.is_none();
-        let checked = if fp == 0 {
-            Err(StopReason::NullFramePointer)
-        } else if fp % align != 0 {
-            Err(StopReason::Misaligned)
-        } else if prev.is_some_and(|p| fp <= p) {
-            Err(StopReason::NotIncreasing)
-        } else if fp < lo || fp >= hi || fp.checked_add(16).is_none_or(|end| end > hi) {
-            Err(StopReason::OutsideStack)
-        } else {
-            let mut rec = [0u8; 16];
-            if mem.read(fp, &mut rec) {
-                let (a, b) = rec.split_at(8);
-                let next_fp = u64::from_ne_bytes(a.try_into().unwrap_or([0; 8]));
-                let ret = opts.strip_value(u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
-                if ret == 0 {
-                    Err(StopReason::NullReturnAddress)
-                } else if is_code.is_some_and(|f| !f(ret)) {
-                    Err(StopReason::Unreadable)
-                } else {
-                    Ok((next_fp, ret))
-                }
-            } else {
-                Err(StopReason::Unreadable)
-            }
+        let (Some(pc), Some(sp)) = (regs.get(arch.pc), regs.get(arch.sp)) else {
+            return StopReason::NoCaller;
         };
-        match checked {
-            Ok((next_fp, ret)) => {
-                if first {
-                    if let Some(lr) = start.lr.map(|v| opts.strip_value(v)) {
-                        if lr != 0 && lr != ret && !out.push(lr) {
-                            return StopReason::FrameCap;
-                        }
+        let lookup = if exact { pc } else { pc.wrapping_sub(1) };
+        let module = code.module_for(lookup);
+        let mut found: Option<Caller> = None;
+
+        // 1. Unwind tables.
+        if let Some(m) = module {
+            match cfi::step(arch, mem, &mut ctx, &mut cache, m.unwind.eh_frame_hdr.0, &regs, lookup) {
+                Ok(cfi::Step::End) => return StopReason::End,
+                Ok(cfi::Step::Caller { regs: mut next, signal_frame, .. }) => {
+                    let ra = next.get(arch.pc).map(|v| opts.strip_value(v)).unwrap_or(0);
+                    if ra == 0 {
+                        return StopReason::End;
                     }
-                }
-                if !out.push(ret) {
-                    return StopReason::FrameCap;
-                }
-                prev = Some(fp);
-                fp = next_fp;
-            }
-            Err(why) => {
-                // A null frame pointer is usually the end of the stack, but frameless code (glibc's `abort`) can
-                // leave a 0 in the chain too: search anyway; above the real end no believable chain is found.
-                if let Some(f) = is_code {
-                    if bridges < MAX_BRIDGES && opts.scan_bytes > 0 {
-                        let base = prev.map_or(start.sp, |p| p.saturating_add(16));
-                        if let Some(found) = scan_for_record(start, base, mem, opts, f) {
-                            bridges += 1;
-                            if first {
-                                finish_lr(start, opts, out, true, why);
+                    next.set(arch.pc, ra);
+                    if arch.link_register {
+                        next.set(arch.ra, ra);
+                    }
+                    let nsp = next.get(arch.sp).unwrap_or(0);
+                    if signal_frame {
+                        if !stack.holds(mem, nsp, 1) {
+                            if hops >= MAX_STACK_HOPS {
+                                return StopReason::OutsideStack;
                             }
-                            // The bridged record counts as "after the first": LR was handled above.
-                            prev = Some(found.saturating_sub(align));
-                            fp = found;
-                            continue;
+                            hops += 1;
+                            stack = Stack::new(nsp, opts.max_stack_span);
                         }
+                        found = Some(Caller { regs: next, trust: trust::CONTEXT });
+                    } else {
+                        let moved_up = nsp > sp || (first && arch.link_register && nsp == sp);
+                        if !moved_up {
+                            return StopReason::NotIncreasing;
+                        }
+                        if !stack.holds(mem, sp, nsp - sp) {
+                            return StopReason::OutsideStack;
+                        }
+                        found = Some(Caller { regs: next, trust: trust::CFI });
                     }
                 }
-                return finish_lr(start, opts, out, first, why);
+                Err(_) => {}
             }
         }
+
+        // 2. Frame 0 without unwind tables: the link register (arm64), or the return slot at sp (x86-64, a call
+        //    through a bad pointer leaves the pc outside every image).
+        if found.is_none() && first {
+            if arch.link_register {
+                if let Some(lr) = regs.get(arch.ra) {
+                    if is_return_address(arch, mem, code, lr) {
+                        let mut next = regs;
+                        next.set(arch.pc, lr);
+                        found = Some(Caller { regs: next, trust: trust::LINK_REGISTER });
+                    }
+                }
+            } else if module.is_none() && stack.holds(mem, sp, 8) {
+                if let Some(ret) = mem.read_u64(sp) {
+                    if is_return_address(arch, mem, code, ret) {
+                        let mut next = regs;
+                        next.keep_only(arch.callee_saved);
+                        next.set(arch.pc, ret);
+                        next.set(arch.sp, sp.saturating_add(arch.call_pushes));
+                        found = Some(Caller { regs: next, trust: trust::SCAN });
+                    }
+                }
+            }
+        }
+
+        // 3. The frame-pointer record.
+        if found.is_none() {
+            found = frame_pointer_step(arch, mem, code, opts, &mut stack, &regs, sp);
+        }
+
+        // 4. A scan for a return address.
+        if found.is_none() && scans < opts.max_scans {
+            if let Some(c) = scan_step(arch, mem, code, opts, &mut stack, &regs, sp) {
+                scans += 1;
+                found = Some(c);
+            }
+        }
+
+        let Some(caller) = found else { return StopReason::NoCaller };
+        let next_pc = caller.regs.get(arch.pc).unwrap_or(0);
+        if next_pc == 0 {
+            return StopReason::End;
+        }
+        if next_pc == pc && caller.regs.get(arch.sp) == Some(sp) {
+            return StopReason::NotIncreasing;
+        }
+        if !out.push(next_pc, caller.trust) {
+            return StopReason::FrameCap;
+        }
+        exact = caller.trust == trust::CONTEXT;
+        regs = caller.regs;
+        first = false;
     }
     StopReason::StepCap
 }
 
-/// Reads the record at `fp`: `Some((next_fp, return address))` when it is structurally valid and the return
-/// address is code.
-fn read_record<M: MemoryReader>(
-    fp: u64,
-    start: &WalkRegs,
+/// Follows the frame record at `fp` when it lies in the stack at or above `sp` and holds a believable return
+/// address.
+fn frame_pointer_step<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
+    arch: &ArchSpec,
     mem: &mut M,
+    code: &C,
     opts: &WalkOptions,
-    is_code: &dyn Fn(u64) -> bool,
-) -> Option<(u64, u64)> {
-    let hi = start.sp.saturating_add(opts.max_stack_span);
-    if fp == 0 || fp % opts.fp_align.max(1) != 0 || fp < start.sp || fp.checked_add(16)? > hi {
+    stack: &mut Stack,
+    regs: &UnwindRegs,
+    sp: u64,
+) -> Option<Caller> {
+    let fp = regs.get(arch.fp)?;
+    if fp < sp || fp % opts.fp_align.max(1) != 0 || !stack.holds(mem, fp, 16) {
         return None;
     }
-    let next = mem.read_u64(fp)?;
-    let ret = opts.strip_value(mem.read_u64(fp + 8)?);
-    if !is_code(ret) || (next != 0 && (next <= fp || next >= hi || next % opts.fp_align.max(1) != 0)) {
+    let next_fp = mem.read_u64(fp)?;
+    let ret = opts.strip_value(mem.read_u64(fp.checked_add(8)?)?);
+    if !is_return_address(arch, mem, code, ret) {
         return None;
     }
-    Some((next, ret))
+    let mut next = *regs;
+    next.keep_only(arch.callee_saved & !(1u64 << arch.fp));
+    next.set(arch.fp, next_fp);
+    next.set(arch.sp, fp.checked_add(16)?);
+    next.set(arch.pc, ret);
+    if arch.link_register {
+        next.set(arch.ra, ret);
+    }
+    Some(Caller { regs: next, trust: trust::FRAME_POINTER })
 }
 
-/// Valid records a searched-for chain must show (or reach its end with a null frame pointer) to be believed.
-/// Stale frame records left below the live frames by earlier calls rarely chain this far, because the frameless
-/// code running now has overwritten what they point to.
-pub const SCAN_MIN_CHAIN: usize = 4;
-
-/// Finds the lowest address in `[base, base + scan_bytes)` where a chain of at least [`SCAN_MIN_CHAIN`] valid frame
-/// records starts (or a shorter one that ends with a null frame pointer).
-fn scan_for_record<M: MemoryReader>(
-    start: &WalkRegs,
-    base: u64,
+/// Looks at the words above `sp` (inside the stack, stopping at the first unreadable one) for a return address.
+fn scan_step<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
+    arch: &ArchSpec,
     mem: &mut M,
+    code: &C,
     opts: &WalkOptions,
-    is_code: &dyn Fn(u64) -> bool,
-) -> Option<u64> {
-    let align = opts.fp_align.max(1);
-    let first = base.checked_add(align - 1)? / align * align;
-    let steps = opts.scan_bytes / align;
-    for k in 0..steps {
-        let a = first.checked_add(k * align)?;
-        let mut fp = a;
-        let mut good = 0usize;
-        while let Some((next, _)) = read_record(fp, start, mem, opts, is_code) {
-            good += 1;
-            if next == 0 || good >= SCAN_MIN_CHAIN {
-                return Some(a);
-            }
-            fp = next;
+    stack: &mut Stack,
+    regs: &UnwindRegs,
+    sp: u64,
+) -> Option<Caller> {
+    let base = sp.checked_add(7)? & !7;
+    for k in 0..opts.scan_words {
+        let slot = base.checked_add(k.checked_mul(8)?)?;
+        if !stack.holds(mem, slot, 8) {
+            return None;
         }
+        let ret = opts.strip_value(mem.read_u64(slot)?);
+        if !is_return_address(arch, mem, code, ret) {
+            continue;
+        }
+        let mut next = *regs;
+        next.keep_only(arch.callee_saved);
+        next.set(arch.pc, ret);
+        next.set(arch.sp, slot.checked_add(8)?);
+        if arch.link_register {
+            next.set(arch.ra, ret);
+            // arm64 stores return addresses in frame records `[fp, lr]`: the word below is the caller's fp.
+            match slot.checked_sub(8).filter(|a| *a >= sp).and_then(|a| mem.read_u64(a)) {
+                Some(fp) => next.set(arch.fp, fp),
+                None => next.clear(arch.fp),
+            }
+        }
+        return Some(Caller { regs: next, trust: trust::SCAN });
     }
     None
-}
-
-/// When the walk ends before reading the first record, LR is still the best guess for frame 1 (arm64 leaf).
-fn finish_lr(start: &WalkRegs, opts: &WalkOptions, out: &mut Out<'_>, first: bool, why: StopReason) -> StopReason {
-    if first {
-        if let Some(lr) = start.lr.map(|v| opts.strip_value(v)) {
-            if lr != 0 && !out.push(lr) {
-                return StopReason::FrameCap;
-            }
-        }
-    }
-    why
 }
 
 /// Expands stored frames and repeats into the full frame list (launch-time helper for tests and tools).
@@ -456,249 +660,4 @@ pub(crate) fn expand(frames: &[u64], repeats: &[Repeat]) -> Vec<u64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::BTreeMap;
-
-    /// Synthetic memory: 8-byte words at addresses.
-    #[derive(Default)]
-    struct Mem {
-        words: BTreeMap<u64, u64>,
-        reads: usize,
-    }
-
-    impl Mem {
-        fn record(&mut self, fp: u64, next: u64, ret: u64) {
-            self.words.insert(fp, next);
-            self.words.insert(fp + 8, ret);
-        }
-    }
-
-    impl MemoryReader for Mem {
-        fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
-            self.reads += 1;
-            for (k, chunk) in buf.chunks_mut(8).enumerate() {
-                match self.words.get(&(addr + 8 * k as u64)) {
-                    Some(w) => chunk.copy_from_slice(&w.to_ne_bytes()[..chunk.len()]),
-                    None => return false,
-                }
-            }
-            true
-        }
-    }
-
-    fn x86(pc: u64, sp: u64, fp: u64) -> WalkRegs {
-        WalkRegs { pc, sp, fp, lr: None }
-    }
-
-    fn run(start: WalkRegs, mem: &mut Mem, cap: usize) -> (Vec<u64>, Vec<Repeat>, WalkOutcome) {
-        let mut frames = vec![0u64; cap];
-        let mut reps = [Repeat::default(); 8];
-        let o = walk(&start, mem, &WalkOptions { strip: None, ..WalkOptions::host() }, &mut frames, &mut reps);
-        (frames[..o.frames].to_vec(), reps[..o.repeats].to_vec(), o)
-    }
-
-    /// A normal chain of three records ending with fp = 0.
-    fn chain() -> Mem {
-        let mut m = Mem::default();
-        m.record(0x7000_0010, 0x7000_0040, 0x40_1111);
-        m.record(0x7000_0040, 0x7000_0100, 0x40_2222);
-        m.record(0x7000_0100, 0, 0x40_3333);
-        m
-    }
-
-    #[test]
-    fn follows_a_chain_to_the_null_frame_pointer() {
-        let mut m = chain();
-        let (f, r, o) = run(x86(0x40_0000, 0x7000_0000, 0x7000_0010), &mut m, 64);
-        assert_eq!(f, vec![0x40_0000, 0x40_1111, 0x40_2222, 0x40_3333]);
-        assert!(r.is_empty());
-        assert_eq!(o.stop, StopReason::NullFramePointer);
-        assert!(!o.truncated);
-    }
-
-    #[test]
-    fn a_cycle_stops_as_not_increasing() {
-        let mut m = Mem::default();
-        m.record(0x7000_0010, 0x7000_0040, 0x40_1111);
-        m.record(0x7000_0040, 0x7000_0010, 0x40_2222); // points back down
-        let (f, _, o) = run(x86(0x40_0000, 0x7000_0000, 0x7000_0010), &mut m, 64);
-        assert_eq!(f, vec![0x40_0000, 0x40_1111, 0x40_2222]);
-        assert_eq!(o.stop, StopReason::NotIncreasing);
-        // Self-loop.
-        let mut m = Mem::default();
-        m.record(0x7000_0010, 0x7000_0010, 0x40_1111);
-        let (_, _, o) = run(x86(0x40_0000, 0x7000_0000, 0x7000_0010), &mut m, 64);
-        assert_eq!(o.stop, StopReason::NotIncreasing);
-    }
-
-    #[test]
-    fn misaligned_frame_pointer_stops() {
-        let mut m = chain();
-        let (f, _, o) = run(x86(0x40_0000, 0x7000_0000, 0x7000_0013), &mut m, 64);
-        assert_eq!(f, vec![0x40_0000]);
-        assert_eq!(o.stop, StopReason::Misaligned);
-        let mut m = Mem::default();
-        m.record(0x7000_0010, 0x7000_0043, 0x40_1111);
-        let (f, _, o) = run(x86(0x40_0000, 0x7000_0000, 0x7000_0010), &mut m, 64);
-        assert_eq!(f, vec![0x40_0000, 0x40_1111]);
-        assert_eq!(o.stop, StopReason::Misaligned);
-    }
-
-    #[test]
-    fn garbage_and_unreadable_memory_stop_without_panicking() {
-        // fp below sp.
-        let mut m = chain();
-        let (f, _, o) = run(x86(0x40_0000, 0x7000_0020, 0x7000_0010), &mut m, 64);
-        assert_eq!((f.len(), o.stop), (1, StopReason::OutsideStack));
-        // Unmapped record.
-        let mut m = Mem::default();
-        let (f, _, o) = run(x86(0x40_0000, 0x7000_0000, 0x7000_0010), &mut m, 64);
-        assert_eq!((f.len(), o.stop), (1, StopReason::Unreadable));
-        // Near the top of the address space: no overflow.
-        let mut m = Mem::default();
-        let (_, _, o) = run(x86(0x40_0000, u64::MAX - 64, u64::MAX - 7), &mut m, 64);
-        assert!(matches!(o.stop, StopReason::OutsideStack | StopReason::Misaligned), "{o:?}");
-        // A zero return address.
-        let mut m = Mem::default();
-        m.record(0x7000_0010, 0x7000_0040, 0);
-        let (f, _, o) = run(x86(0x40_0000, 0x7000_0000, 0x7000_0010), &mut m, 64);
-        assert_eq!((f.len(), o.stop), (1, StopReason::NullReturnAddress));
-        // Pseudo-random words: every run ends, no panic.
-        let mut seed = 0x1234_5678_9abc_def0u64;
-        for _ in 0..200 {
-            let mut m = Mem::default();
-            for k in 0..64u64 {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                m.words.insert(0x7000_0000 + 8 * k, if k % 3 == 0 { 0x7000_0000 + (seed % 512) } else { seed });
-            }
-            let (f, _, o) = run(x86(1, 0x7000_0000, 0x7000_0000 + (seed % 64) * 8), &mut m, 32);
-            assert!(!f.is_empty() && f.len() <= 32, "{o:?}");
-        }
-    }
-
-    #[test]
-    fn frame_cap_truncates() {
-        let mut m = Mem::default();
-        for k in 0..100u64 {
-            m.record(0x7000_0000 + 16 * k, 0x7000_0000 + 16 * (k + 1), 0x40_0000 + k);
-        }
-        let (f, _, o) = run(x86(0x1, 0x7000_0000, 0x7000_0000), &mut m, 10);
-        assert_eq!(f.len(), 10);
-        assert!(o.truncated);
-        assert_eq!(o.stop, StopReason::FrameCap);
-        assert_eq!(f[9], 0x40_0008);
-        // No room at all.
-        let (f, _, o) = run(x86(0x1, 0x7000_0000, 0x7000_0000), &mut m, 0);
-        assert_eq!((f.len(), o.stop), (0, StopReason::NoRoom));
-    }
-
-    #[test]
-    fn step_cap_bounds_the_work() {
-        let mut m = Mem::default();
-        for k in 0..100u64 {
-            m.record(0x7000_0000 + 16 * k, 0x7000_0000 + 16 * (k + 1), 0x40_0000);
-        }
-        let mut frames = [0u64; 16];
-        let mut reps = [Repeat::default(); 4];
-        let opts = WalkOptions { max_steps: 20, strip: None, ..WalkOptions::host() };
-        let o = walk(&x86(1, 0x7000_0000, 0x7000_0000), &mut m, &opts, &mut frames, &mut reps);
-        assert_eq!(o.stop, StopReason::StepCap);
-        assert!(o.truncated);
-        assert!(m.reads <= 20);
-    }
-
-    #[test]
-    fn deep_recursion_is_compressed_and_keeps_its_callers() {
-        // pc in recurse(); 5000 records returning into recurse(), then trigger(), run(), main().
-        let mut m = Mem::default();
-        let base = 0x7000_0000u64;
-        let n = 5000u64;
-        for k in 0..n {
-            m.record(base + 32 * k, base + 32 * (k + 1), 0x40_0abc);
-        }
-        m.record(base + 32 * n, base + 32 * (n + 1), 0x40_1000);
-        m.record(base + 32 * (n + 1), base + 32 * (n + 2), 0x40_2000);
-        m.record(base + 32 * (n + 2), 0, 0x40_3000);
-        let (f, r, o) = run(x86(0x40_0aa0, base, base), &mut m, 64);
-        assert!(!o.truncated, "{o:?}");
-        assert_eq!(f, vec![0x40_0aa0, 0x40_0abc, 0x40_1000, 0x40_2000, 0x40_3000]);
-        assert_eq!(r, vec![Repeat { start: 1, len: 1, count: (n - 1) as u32 }]);
-        let full = expand(&f, &r);
-        assert_eq!(full.len() as u64, 1 + n + 3);
-    }
-
-    #[test]
-    fn period_two_recursion_and_a_partial_cycle() {
-        // a b a b a b a (then c): stored "a b" once with 2 more cycles, then the partial "a", then c.
-        let seq = [0xa, 0xb, 0xa, 0xb, 0xa, 0xb, 0xa, 0xc];
-        let mut m = Mem::default();
-        let base = 0x7000_0000u64;
-        for (k, ret) in seq.iter().enumerate() {
-            let k = k as u64;
-            let next = if k + 1 == seq.len() as u64 { 0 } else { base + 16 * (k + 1) };
-            m.record(base + 16 * k, next, *ret);
-        }
-        let (f, r, _) = run(x86(0x1, base, base), &mut m, 64);
-        assert_eq!(expand(&f, &r), [&[0x1u64][..], &seq[..]].concat());
-        assert_eq!(r.len(), 1);
-        assert_eq!(f.len(), 1 + 2 + 2);
-    }
-
-    #[test]
-    fn a_frameless_pc_is_bridged_by_searching_for_a_frame_record() {
-        let mut m = Mem::default();
-        let sp = 0x7000_0000u64;
-        // Junk a frameless libc function left on the stack, including a code-looking value with a bad successor.
-        m.words.insert(sp, 0x1234);
-        m.words.insert(sp + 8, 0x7000_0100); // looks like an fp, but its "return address" is not code
-        m.words.insert(sp + 16, 0x40_9999);
-        m.record(sp + 0x100, 0x7000_0003, 0x40_1000); // misaligned successor: rejected
-        m.record(sp + 0x20, sp + 0x30, 0x40_3333); // a stale pair: chains once, then into junk
-        m.record(sp + 0x30, sp + 0x38, 0x40_4444);
-        m.record(sp + 0x40, sp + 0x80, 0x40_1111); // the first real record
-        m.record(sp + 0x80, 0, 0x40_2222);
-        let is_code = |a: u64| (0x40_0000..0x50_0000).contains(&a);
-        let start = WalkRegs { pc: 0x7f00_0000_1000, sp, fp: 0x5, lr: None };
-        let mut frames = [0u64; 16];
-        let mut reps = [Repeat::default(); 4];
-        let opts = WalkOptions { strip: None, ..WalkOptions::host() };
-        let o = walk_checked(&start, &mut m, &opts, Some(&is_code), &mut frames, &mut reps);
-        assert_eq!(&frames[..o.frames], &[0x7f00_0000_1000, 0x40_1111, 0x40_2222]);
-        // Without the code test there is no search: the bad fp ends the walk.
-        let o = walk(&start, &mut m, &opts, &mut frames, &mut reps);
-        assert_eq!(o.frames, 1);
-        // A valid start is used as is, even when a search would find something else.
-        let start = WalkRegs { fp: sp + 0x80, ..start };
-        let o = walk_checked(&start, &mut m, &opts, Some(&is_code), &mut frames, &mut reps);
-        assert_eq!(&frames[..o.frames], &[0x7f00_0000_1000, 0x40_2222]);
-        // Nothing to find: falls back to the plain walk.
-        let o = walk_checked(&start, &mut Mem::default(), &opts, Some(&is_code), &mut frames, &mut reps);
-        assert_eq!(o.frames, 1);
-    }
-
-    #[test]
-    fn arm64_leaf_uses_lr_and_strips_signed_return_addresses() {
-        let mut m = Mem::default();
-        // Signed return addresses as qemu's pac-ret produces them.
-        m.record(0x7000_0010, 0x7000_0040, 0x0029_0055_0001_1111);
-        m.record(0x7000_0040, 0, 0x0013_0055_0001_2222);
-        let opts = WalkOptions { strip: PacStrip::with_va_bits(48), ..WalkOptions::host() };
-        let mut frames = [0u64; 16];
-        let mut reps = [Repeat::default(); 4];
-        // Leaf: LR differs from the first record's return address -> frame 1.
-        let start = WalkRegs { pc: 0x55_0000_9000, sp: 0x7000_0000, fp: 0x7000_0010, lr: Some(0x0077_0055_0000_9999) };
-        let o = walk(&start, &mut m, &opts, &mut frames, &mut reps);
-        assert_eq!(&frames[..o.frames], &[0x55_0000_9000, 0x55_0000_9999, 0x55_0001_1111, 0x55_0001_2222]);
-        // Non-leaf: LR equals the saved return address -> not duplicated.
-        let start = WalkRegs { lr: Some(0x0029_0055_0001_1111), ..start };
-        let o = walk(&start, &mut m, &opts, &mut frames, &mut reps);
-        assert_eq!(&frames[..o.frames], &[0x55_0000_9000, 0x55_0001_1111, 0x55_0001_2222]);
-        // No frame record at all: LR still gives frame 1.
-        let start = WalkRegs { fp: 0, ..start };
-        let o = walk(&start, &mut m, &opts, &mut frames, &mut reps);
-        assert_eq!(&frames[..o.frames], &[0x55_0000_9000, 0x55_0001_1111]);
-    }
-}
+mod tests;

@@ -339,6 +339,7 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     let scratch = leak_slice(SCRATCH_BYTES, 0u8).map_err(close_dir)?;
     let write_buf = leak_slice(WRITE_BUF_BYTES, 0u8).map_err(close_dir)?;
     let frames = leak_slice(config.max_frames, 0u64).map_err(close_dir)?;
+    let trust = leak_slice(config.max_frames, 0u8).map_err(close_dir)?;
     let repeats = leak_slice(REPEATS, Repeat::default()).map_err(close_dir)?;
     let messages = leak_slice(MAX_MESSAGES * MESSAGE_BYTES, 0u8).map_err(close_dir)?;
     let suspended = leak_slice(config.max_threads, 0u32).map_err(close_dir)?;
@@ -370,6 +371,7 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         scratch: RawBuf::new(scratch),
         write_buf: RawBuf::new(write_buf),
         frames: RawBuf::new(frames),
+        trust: RawBuf::new(trust),
         repeats: RawBuf::new(repeats),
         messages: RawBuf::new(messages),
         suspended: RawBuf::new(suspended),

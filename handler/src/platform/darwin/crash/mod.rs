@@ -116,6 +116,8 @@ pub struct State {
     pub write_buf: RawBuf<u8>,
     /// The reusable frame buffer.
     pub frames: RawBuf<u64>,
+    /// How each frame was found, as long as `frames`.
+    pub trust: RawBuf<u8>,
     /// Repeat records.
     pub repeats: RawBuf<Repeat>,
     /// `__crash_info` message texts, [`MAX_MESSAGES`] × [`MESSAGE_BYTES`].
@@ -409,8 +411,9 @@ pub fn write(st: &State, rec: &mut CrashRecord, note: &[u8], minimal: bool) -> b
     }
     let reader = mach::TaskReader::new();
     // SAFETY: owner-only buffers, distinct allocations.
-    let (write_buf, scratch, frames, repeats, msg_buf) =
-        unsafe { (st.write_buf.get(), st.scratch.get(), st.frames.get(), st.repeats.get(), st.messages.get()) };
+    let (write_buf, scratch, frames, trust, repeats, msg_buf) = unsafe {
+        (st.write_buf.get(), st.scratch.get(), st.frames.get(), st.trust.get(), st.repeats.get(), st.messages.get())
+    };
     let mut msgs = [Message::default(); MAX_MESSAGES];
     let n_msgs = if minimal { 0 } else { crash_messages(st, &reader, msg_buf, &mut msgs) };
     let id = report_id(rec.tid);
@@ -427,7 +430,7 @@ pub fn write(st: &State, rec: &mut CrashRecord, note: &[u8], minimal: bool) -> b
         }
     } else {
         let mut mem = reader;
-        let mut bufs = WorkBuffers { scratch, frames, repeats };
+        let mut bufs = WorkBuffers { scratch, frames, trust, repeats };
         let opts = WalkOptions { strip: st.pac, ..WalkOptions::host() };
         match writer::write_report(sink, &h, &st.threads, st.images.current(), &mut mem, &opts, &mut bufs) {
             Ok(mut s) => s.flush().is_ok(),

@@ -96,6 +96,8 @@ pub struct State {
     pub write_buf: RawBuf<u8>,
     /// The reusable frame buffer.
     pub frames: RawBuf<u64>,
+    /// How each frame was found, as long as `frames`.
+    pub trust: RawBuf<u8>,
     /// Repeat records.
     pub repeats: RawBuf<Repeat>,
     /// `getdents64` buffer.
@@ -440,10 +442,11 @@ extern "C" fn owner_main(arg: *mut c_void) {
         rec.temp = Some(names);
         let h = head(st, rec, id, pid, note);
         // SAFETY: owner-only buffers, distinct allocations.
-        let (write_buf, scratch, frames, repeats, page) =
-            unsafe { (st.write_buf.get(), st.scratch.get(), st.frames.get(), st.repeats.get(), st.page.get()) };
+        let (write_buf, scratch, frames, trust, repeats, page) = unsafe {
+            (st.write_buf.get(), st.scratch.get(), st.frames.get(), st.trust.get(), st.repeats.get(), st.page.get())
+        };
         let mut mem = memory::ProcessVmReader::new(pid, page).with_pipe(st.mem_pipe);
-        let mut bufs = WorkBuffers { scratch, frames, repeats };
+        let mut bufs = WorkBuffers { scratch, frames, trust, repeats };
         let sink = FdSink::new(fd, write_buf);
         let flushed =
             match writer::write_report(sink, &h, table, st.images.current(), &mut mem, &WalkOptions::host(), &mut bufs)

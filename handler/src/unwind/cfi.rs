@@ -1,0 +1,369 @@
+//! DWARF call-frame information from `.eh_frame_hdr` / `.eh_frame`, read through the [`MemoryReader`] and evaluated
+//! with `gimli` without allocating.
+//!
+//! Lookup (LSB 5.0 §10.6.2 "The .eh_frame_hdr section"): the header's binary-search table of `(initial location,
+//! FDE address)` pairs, encoded `DW_EH_PE_datarel | DW_EH_PE_sdata4` (relative to the header) by every linker that
+//! writes one, is searched for the last entry at or below the pc. The FDE and its CIE are then copied, bounded, into
+//! a local buffer (CIE first, FDE after it, the FDE's CIE pointer rewritten to point back to offset 0) and parsed and
+//! evaluated by gimli from there, with base addresses that make the FDE's pc-relative fields decode to their real
+//! runtime values. Nothing is read from the image by a plain load: an image unloaded meanwhile is just unreadable.
+//! gimli's row storage is a fixed-size [`StoreOnStack`]; nothing here allocates, locks or panics.
+
+use super::expr;
+use super::regs::{ArchSpec, UnwindRegs};
+use super::MemoryReader;
+use gimli::{
+    BaseAddresses, CfaRule, EhFrame, EhFrameOffset, NativeEndian, Register, RegisterRule, UnwindContext,
+    UnwindContextStorage, UnwindSection, UnwindTableRow,
+};
+
+/// Largest CIE copied, bytes (CIEs are a few dozen bytes).
+pub const MAX_CIE: usize = 512;
+/// Largest FDE copied, bytes (a long function with many pushes and pops has a few hundred).
+pub const MAX_FDE: usize = 3584;
+
+/// gimli's unwind-row storage without heap: 64 register rules a row (arm64 functions name x19..x30 and d8..d15),
+/// 4 remembered states (`DW_CFA_remember_state` nesting). A CFI program that needs more fails to evaluate, and the
+/// walker falls back to the frame pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreOnStack;
+
+impl<T: gimli::ReaderOffset> UnwindContextStorage<T> for StoreOnStack {
+    type Rules = [(Register, RegisterRule<T>); 64];
+    type Stack = [UnwindTableRow<T, Self>; 4];
+}
+
+/// gimli's evaluation context for one walk (reused for every frame; about 10 KiB, kept on the walker's stack).
+pub type Context = UnwindContext<usize, StoreOnStack>;
+
+/// Why CFI gave no answer for a pc.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Miss {
+    /// The image has no `.eh_frame_hdr`, or its table is in an encoding this reader does not search.
+    NoTable,
+    /// No FDE covers the pc.
+    NoEntry,
+    /// The header, FDE or CIE could not be read or parsed, or is larger than the copy buffers.
+    Bad,
+    /// The row's rules need a register whose value is unknown, or an unsupported rule or expression.
+    Unusable,
+}
+
+/// The result of one CFI step.
+// Boxing the large variant would allocate on the crash path; the size difference is a few hundred bytes of stack.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The caller's registers (its pc is the return address, or the interrupted pc after a signal frame).
+    Caller {
+        /// The caller's registers.
+        regs: UnwindRegs,
+        /// The CFA (the caller's stack pointer at the call, bytes).
+        cfa: u64,
+        /// The frame just unwound was a signal trampoline (CIE augmentation `S`): the caller's pc is exact, not a
+        /// return address, and its stack may be another one.
+        signal_frame: bool,
+    },
+    /// The CFI marks the return address undefined: the outermost frame (`_start`, `clone3`, `start_thread`).
+    End,
+}
+
+/// `DW_EH_PE_*` pointer encodings used by `.eh_frame_hdr`. Source: LSB 5.0 §10.5.1 (DWARF Exception Header
+/// Encoding).
+mod pe {
+    pub const OMIT: u8 = 0xff;
+    pub const UDATA4: u8 = 0x03;
+    pub const SDATA4: u8 = 0x0b;
+    pub const UDATA8: u8 = 0x04;
+    pub const SDATA8: u8 = 0x0c;
+    pub const PCREL: u8 = 0x10;
+    pub const DATAREL: u8 = 0x30;
+}
+
+/// Reads an `.eh_frame_hdr` pointer encoded `enc` at `addr`: (value, bytes used). Supports absolute and pc-relative
+/// 4- and 8-byte forms, which is what linkers emit for `eh_frame_ptr` and `fde_count`.
+fn read_encoded<M: MemoryReader + ?Sized>(mem: &mut M, addr: u64, enc: u8) -> Option<(u64, u64)> {
+    let (raw, len) = match enc & 0x0f {
+        pe::UDATA4 => {
+            let mut b = [0u8; 4];
+            mem.read(addr, &mut b).then_some(())?;
+            (u64::from(u32::from_le_bytes(b)), 4)
+        }
+        pe::SDATA4 => {
+            let mut b = [0u8; 4];
+            mem.read(addr, &mut b).then_some(())?;
+            (i64::from(i32::from_le_bytes(b)) as u64, 4)
+        }
+        pe::UDATA8 | pe::SDATA8 => (mem.read_u64(addr)?, 8),
+        _ => return None,
+    };
+    let value = match enc & 0x70 {
+        0 => raw,
+        pe::PCREL => addr.wrapping_add(raw),
+        _ => return None,
+    };
+    Some((value, len))
+}
+
+/// Finds the address of the FDE whose range may hold `pc` by the binary search of the `.eh_frame_hdr` at `hdr`.
+pub fn find_fde<M: MemoryReader + ?Sized>(mem: &mut M, hdr: u64, pc: u64) -> Result<u64, Miss> {
+    let mut h = [0u8; 4];
+    if !mem.read(hdr, &mut h) {
+        return Err(Miss::Bad);
+    }
+    let [version, ptr_enc, count_enc, table_enc] = h;
+    if version != 1 || count_enc == pe::OMIT || table_enc != (pe::DATAREL | pe::SDATA4) {
+        return Err(Miss::NoTable);
+    }
+    let at = hdr.checked_add(4).ok_or(Miss::Bad)?;
+    let (_, ptr_len) = read_encoded(mem, at, ptr_enc).ok_or(Miss::NoTable)?;
+    let at = at.checked_add(ptr_len).ok_or(Miss::Bad)?;
+    let (count, count_len) = read_encoded(mem, at, count_enc).ok_or(Miss::NoTable)?;
+    let table = at.checked_add(count_len).ok_or(Miss::Bad)?;
+    if count == 0 || count > (1 << 28) {
+        return Err(Miss::NoEntry);
+    }
+    // Entries are (initial location, FDE) as i32 offsets from `hdr`. Find the last entry with location <= pc.
+    let target = pc.wrapping_sub(hdr) as i64;
+    let entry = |mem: &mut M, i: u64| -> Option<(i64, i64)> {
+        let mut b = [0u8; 8];
+        mem.read(table.checked_add(i.checked_mul(8)?)?, &mut b).then_some(())?;
+        let (l, f) = b.split_at(4);
+        Some((i64::from(i32::from_le_bytes(l.try_into().ok()?)), i64::from(i32::from_le_bytes(f.try_into().ok()?))))
+    };
+    let (mut lo, mut hi) = (0u64, count);
+    // Invariant: entries before `lo` start at or below the pc, entries from `hi` on start above it.
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let (loc, _) = entry(mem, mid).ok_or(Miss::Bad)?;
+        if loc <= target {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    let i = lo.checked_sub(1).ok_or(Miss::NoEntry)?;
+    let (_, fde) = entry(mem, i).ok_or(Miss::Bad)?;
+    Ok(hdr.wrapping_add(fde as u64))
+}
+
+/// Whether the CIE's initial instructions or the FDE's instructions contain `DW_CFA_undefined` for the
+/// return-address column (bounded: at most 1024 instructions each).
+fn marks_ra_undefined<R: gimli::Reader<Offset = usize>>(
+    arch: &ArchSpec,
+    eh: &EhFrame<R>,
+    bases: &BaseAddresses,
+    fde: &gimli::FrameDescriptionEntry<R>,
+) -> bool {
+    let hit = |i: &gimli::CallFrameInstruction<usize>| matches!(i, gimli::CallFrameInstruction::Undefined { register } if register.0 == arch.ra);
+    let mut cie = fde.cie().instructions(eh, bases);
+    for _ in 0..1024 {
+        match cie.next() {
+            Ok(Some(i)) if hit(&i) => return true,
+            Ok(Some(_)) => {}
+            _ => break,
+        }
+    }
+    let mut own = fde.instructions(eh, bases);
+    for _ in 0..1024 {
+        match own.next() {
+            Ok(Some(i)) if hit(&i) => return true,
+            Ok(Some(_)) => {}
+            _ => break,
+        }
+    }
+    false
+}
+
+/// Remembers which FDE the binary search found for recent lookup addresses (direct-mapped, [`FdeCache::SLOTS`]
+/// entries), so a deep recursion or many threads parked in the same code cost one search per distinct pc.
+#[derive(Clone, Copy, Debug)]
+pub struct FdeCache {
+    slots: [(u64, u64, u64); FdeCache::SLOTS],
+}
+
+impl Default for FdeCache {
+    fn default() -> Self {
+        FdeCache { slots: [(0, 0, 0); FdeCache::SLOTS] }
+    }
+}
+
+impl FdeCache {
+    /// Entries kept.
+    pub const SLOTS: usize = 64;
+
+    fn slot(pc: u64) -> usize {
+        (pc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % Self::SLOTS
+    }
+
+    fn get(&self, hdr: u64, pc: u64) -> Option<u64> {
+        let (h, p, f) = *self.slots.get(Self::slot(pc))?;
+        (h == hdr && p == pc && f != 0).then_some(f)
+    }
+
+    fn put(&mut self, hdr: u64, pc: u64, fde: u64) {
+        if let Some(s) = self.slots.get_mut(Self::slot(pc)) {
+            *s = (hdr, pc, fde);
+        }
+    }
+}
+
+/// Reads a CFI entry's length field at `addr`: total bytes of the entry (length field included). 64-bit DWARF
+/// entries (length `0xffffffff`) and the zero terminator are refused.
+fn entry_len<M: MemoryReader + ?Sized>(mem: &mut M, addr: u64, max: usize) -> Result<usize, Miss> {
+    let mut b = [0u8; 4];
+    if !mem.read(addr, &mut b) {
+        return Err(Miss::Bad);
+    }
+    let len = u32::from_le_bytes(b);
+    if len == 0 || len == u32::MAX {
+        return Err(Miss::Bad);
+    }
+    let total = usize::try_from(len).map_err(|_| Miss::Bad)?.checked_add(4).ok_or(Miss::Bad)?;
+    if total > max {
+        return Err(Miss::Bad);
+    }
+    Ok(total)
+}
+
+/// One CFI step for the frame whose registers are `regs`, looking up `lookup_pc` (the pc itself for an exact pc,
+/// the return address minus one for a caller, so a call at a function's very end still finds its own FDE).
+pub fn step<M: MemoryReader + ?Sized>(
+    arch: &ArchSpec,
+    mem: &mut M,
+    ctx: &mut Context,
+    cache: &mut FdeCache,
+    hdr: u64,
+    regs: &UnwindRegs,
+    lookup_pc: u64,
+) -> Result<Step, Miss> {
+    if hdr == 0 {
+        return Err(Miss::NoTable);
+    }
+    let fde_addr = match cache.get(hdr, lookup_pc) {
+        Some(f) => f,
+        None => {
+            let f = find_fde(mem, hdr, lookup_pc)?;
+            cache.put(hdr, lookup_pc, f);
+            f
+        }
+    };
+    // Copy CIE then FDE into one buffer.
+    let fde_len = entry_len(mem, fde_addr, MAX_FDE)?;
+    let mut ptr = [0u8; 4];
+    if !mem.read(fde_addr.checked_add(4).ok_or(Miss::Bad)?, &mut ptr) {
+        return Err(Miss::Bad);
+    }
+    let cie_ptr = u32::from_le_bytes(ptr);
+    if cie_ptr == 0 {
+        return Err(Miss::Bad); // a CIE where an FDE was expected
+    }
+    let cie_addr = fde_addr.checked_add(4).and_then(|a| a.checked_sub(u64::from(cie_ptr))).ok_or(Miss::Bad)?;
+    let cie_len = entry_len(mem, cie_addr, MAX_CIE)?;
+    let mut buf = [0u8; MAX_CIE + MAX_FDE];
+    let total = cie_len.checked_add(fde_len).ok_or(Miss::Bad)?;
+    let (cie_dst, rest) = buf.split_at_mut_checked(cie_len).ok_or(Miss::Bad)?;
+    if !mem.read(cie_addr, cie_dst) {
+        return Err(Miss::Bad);
+    }
+    if !mem.read(fde_addr, rest.get_mut(..fde_len).ok_or(Miss::Bad)?) {
+        return Err(Miss::Bad);
+    }
+    // The FDE's CIE pointer is the distance from its own field back to the CIE: now CIE offset 0.
+    let field = cie_len.checked_add(4).ok_or(Miss::Bad)?;
+    let back = u32::try_from(field).map_err(|_| Miss::Bad)?.to_le_bytes();
+    buf.get_mut(field..field.saturating_add(4)).ok_or(Miss::Bad)?.copy_from_slice(&back);
+    let data = buf.get(..total).ok_or(Miss::Bad)?;
+
+    // Base addresses: the buffer stands where the FDE really is, so its pc-relative pc_begin decodes right (the
+    // CIE's own pc-relative fields, the personality routine, are not used). `.eh_frame_hdr` is the data-relative
+    // base glibc's and LLVM's unwinders use on x86-64 and arm64 Linux.
+    let section_base = fde_addr.checked_sub(cie_len as u64).ok_or(Miss::Bad)?;
+    let bases = BaseAddresses::default().set_eh_frame_hdr(hdr).set_eh_frame(section_base);
+    let mut eh = EhFrame::new(data, NativeEndian);
+    eh.set_vendor(arch.vendor);
+    let fde =
+        eh.fde_from_offset(&bases, EhFrameOffset(cie_len), |s, b, o| s.cie_from_offset(b, o)).map_err(|_| Miss::Bad)?;
+    if !fde.contains(lookup_pc) {
+        return Err(Miss::NoEntry);
+    }
+    let row = fde.unwind_info_for_address(&eh, &bases, ctx, lookup_pc).map_err(|_| Miss::Unusable)?;
+
+    let cfa = match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => {
+            regs.get(register.0).ok_or(Miss::Unusable)?.checked_add_signed(*offset).ok_or(Miss::Unusable)?
+        }
+        CfaRule::Expression(e) => {
+            let ops = e.get(&eh).map_err(|_| Miss::Unusable)?;
+            expr::evaluate(ops.0.slice(), regs, mem, None).ok_or(Miss::Unusable)?
+        }
+    };
+
+    // The caller's registers: callee-saved ones carry over unless a rule says otherwise; the rest are unknown.
+    let mut next = *regs;
+    let mut keep = arch.callee_saved;
+    let mut ra_rule = false;
+    for (reg, rule) in row.registers() {
+        let r = reg.0;
+        let value = match rule {
+            RegisterRule::Undefined => {
+                if r == arch.ra {
+                    return Ok(Step::End);
+                }
+                None
+            }
+            RegisterRule::SameValue => regs.get(r),
+            RegisterRule::Offset(off) => cfa.checked_add_signed(*off).and_then(|a| mem.read_u64(a)),
+            RegisterRule::ValOffset(off) => cfa.checked_add_signed(*off),
+            RegisterRule::Register(from) => regs.get(from.0),
+            RegisterRule::Expression(e) => e
+                .get(&eh)
+                .ok()
+                .and_then(|ops| expr::evaluate(ops.0.slice(), regs, mem, Some(cfa)))
+                .and_then(|a| mem.read_u64(a)),
+            RegisterRule::ValExpression(e) => {
+                e.get(&eh).ok().and_then(|ops| expr::evaluate(ops.0.slice(), regs, mem, Some(cfa)))
+            }
+            RegisterRule::Constant(v) => Some(*v),
+            RegisterRule::Architectural => None,
+            _ => None,
+        };
+        if r == arch.ra {
+            ra_rule = true;
+        }
+        match value {
+            Some(v) => {
+                next.set(r, v);
+                if usize::from(r) < 64 {
+                    keep |= 1u64 << r;
+                }
+            }
+            None => {
+                if r == arch.ra {
+                    return Err(Miss::Unusable);
+                }
+                next.clear(r);
+                if usize::from(r) < 64 {
+                    keep &= !(1u64 << r);
+                }
+            }
+        }
+    }
+    // No rule for the return-address column: either the CFI made it undefined (gimli drops undefined rules from
+    // the row, so look for `DW_CFA_undefined` in the CIE's and FDE's programs: the outermost frame), or, on arm64,
+    // the return address is still in the link register (a leaf, or a prologue before `x30` is stored).
+    if !ra_rule && marks_ra_undefined(arch, &eh, &bases, &fde) {
+        return Ok(Step::End);
+    }
+    let ra = if ra_rule || arch.link_register { next.get(arch.ra) } else { None };
+    let Some(ra) = ra else { return Err(Miss::Unusable) };
+    keep |= 1u64 << arch.ra;
+    next.keep_only(keep);
+    next.set(arch.ra, ra);
+    next.set(arch.pc, ra);
+    // The caller's stack pointer is the CFA unless a rule restored it (signal frames restore it from the context).
+    if !row.registers().any(|(reg, _)| reg.0 == arch.sp) || next.get(arch.sp).is_none() {
+        next.set(arch.sp, cfa);
+    }
+    Ok(Step::Caller { regs: next, cfa, signal_frame: fde.is_signal_trampoline() })
+}

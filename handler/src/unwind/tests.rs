@@ -1,0 +1,371 @@
+//! The unwinder on synthetic processes: code bytes, `.eh_frame` written by gimli's writer with a hand-built
+//! `.eh_frame_hdr`, and stacks laid out word by word. The live checks against libgcc's unwinder are in
+//! `handler/tests/unwind_live.rs`; the crash matrix and the debugger oracle are in `tests/`.
+
+use super::*;
+use crate::arch::RegisterValues;
+use gimli::write::{
+    Address, CallFrameInstruction as I, CommonInformationEntry, EhFrame, EndianVec, FrameDescriptionEntry, FrameTable,
+};
+use gimli::{Encoding, Format, LittleEndian, Register, UnwindSection};
+use std::collections::BTreeMap;
+
+/// Memory as regions of bytes; reads must fall inside one region.
+#[derive(Default)]
+struct Proc {
+    regions: BTreeMap<u64, Vec<u8>>,
+    images: Vec<Module>,
+    reads: usize,
+}
+
+impl MemoryReader for Proc {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
+        self.reads += 1;
+        let Some((base, bytes)) = self.regions.range(..=addr).next_back() else { return false };
+        let off = (addr - base) as usize;
+        match bytes.get(off..off + buf.len()) {
+            Some(s) => {
+                buf.copy_from_slice(s);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl CodeMap for Proc {
+    fn module_for(&self, addr: u64) -> Option<Module> {
+        self.images.iter().copied().find(|m| addr >= m.start && addr < m.end)
+    }
+}
+
+impl Proc {
+    fn put_word(&mut self, addr: u64, v: u64) {
+        let (base, bytes) = self.regions.range_mut(..=addr).next_back().expect("region");
+        let off = (addr - base) as usize;
+        bytes[off..off + 8].copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+const X86_RA: Register = Register(16);
+const RSP: Register = Register(7);
+const RBP: Register = Register(6);
+const RBX: Register = Register(3);
+
+/// Code at 0x40_0000..0x40_5000 where every return address follows a call opcode, the tables after it, and the
+/// functions:
+/// - `leaf` 0x40_1000: frameless, CFA = rsp + 8;
+/// - `mid` 0x40_2000: pushes rbx at +1: CFA = rsp + 16, rbx at CFA - 16;
+/// - `top` 0x40_3000: push rbp; mov rbp, rsp: CFA = rbp + 16, rbp at CFA - 16;
+/// - `start` 0x40_4000: the return address is undefined (the outermost frame).
+fn x86_process() -> Proc {
+    let encoding = Encoding { format: Format::Dwarf32, version: 1, address_size: 8 };
+    let mut table = FrameTable::default();
+    let mut cie = CommonInformationEntry::new(encoding, 1, -8, X86_RA);
+    cie.add_instruction(I::Cfa(RSP, 8));
+    cie.add_instruction(I::Offset(X86_RA, -8));
+    let cie = table.add_cie(cie);
+    let leaf = FrameDescriptionEntry::new(Address::Constant(0x40_1000), 0x100);
+    table.add_fde(cie, leaf);
+    let mut mid = FrameDescriptionEntry::new(Address::Constant(0x40_2000), 0x100);
+    mid.add_instruction(1, I::CfaOffset(16));
+    mid.add_instruction(1, I::Offset(RBX, -16));
+    table.add_fde(cie, mid);
+    let mut top = FrameDescriptionEntry::new(Address::Constant(0x40_3000), 0x100);
+    top.add_instruction(1, I::CfaOffset(16));
+    top.add_instruction(1, I::Offset(RBP, -16));
+    top.add_instruction(4, I::CfaRegister(RBP));
+    table.add_fde(cie, top);
+    let mut start = FrameDescriptionEntry::new(Address::Constant(0x40_4000), 0x100);
+    start.add_instruction(0, I::Undefined(X86_RA));
+    table.add_fde(cie, start);
+    let mut eh = EhFrame(EndianVec::new(LittleEndian));
+    table.write_eh_frame(&mut eh).expect("write eh_frame");
+    let eh_bytes = eh.0.into_vec();
+
+    // Code: 0xE8 bytes, so every address is 5 bytes after a `call rel32` opcode, except the 8 bytes before each
+    // function's entry (`nop`s: an entry address does not follow a call).
+    let mut code = vec![0xE8u8; 0x5000];
+    for f in [0x1000usize, 0x2000, 0x3000, 0x4000] {
+        code[f - 8..f].fill(0x90);
+    }
+    let eh_addr = 0x40_6000u64;
+    let hdr_addr = 0x40_5000u64;
+    let hdr = eh_frame_hdr(&eh_bytes, eh_addr, hdr_addr);
+    let mut p = Proc::default();
+    p.regions.insert(0x40_0000, code);
+    p.regions.insert(hdr_addr, hdr);
+    p.regions.insert(eh_addr, eh_bytes);
+    p.images.push(Module {
+        start: 0x40_0000,
+        end: 0x40_5000,
+        unwind: UnwindSections { eh_frame_hdr: (hdr_addr, 0x1000), ..UnwindSections::default() },
+    });
+    p
+}
+
+/// Builds `.eh_frame_hdr` (LSB 5.0 §10.6.2) for the FDEs of `eh` placed at `eh_addr`, the header at `hdr_addr`.
+fn eh_frame_hdr(eh: &[u8], eh_addr: u64, hdr_addr: u64) -> Vec<u8> {
+    let section = gimli::EhFrame::new(eh, LittleEndian);
+    let bases = gimli::BaseAddresses::default().set_eh_frame(eh_addr);
+    let mut entries = section.entries(&bases);
+    let mut rows = Vec::new();
+    while let Some(e) = entries.next().expect("entry") {
+        if let gimli::CieOrFde::Fde(partial) = e {
+            let fde = partial.parse(|s, b, o| s.cie_from_offset(b, o)).expect("fde");
+            rows.push((fde.initial_address(), eh_addr + fde.offset() as u64));
+        }
+    }
+    rows.sort();
+    let mut h = vec![1u8, 0x1b, 0x03, 0x3b];
+    let ptr_field = hdr_addr + 4;
+    h.extend_from_slice(&((eh_addr as i64 - ptr_field as i64) as i32).to_le_bytes());
+    h.extend_from_slice(&(rows.len() as u32).to_le_bytes());
+    for (loc, fde) in rows {
+        h.extend_from_slice(&((loc as i64 - hdr_addr as i64) as i32).to_le_bytes());
+        h.extend_from_slice(&((fde as i64 - hdr_addr as i64) as i32).to_le_bytes());
+    }
+    h
+}
+
+fn x86_regs(pc: u64, sp: u64, rbp: u64, rbx: u64) -> RegisterValues {
+    let mut r = RegisterValues::new(crate::arch::x86_64::SET, crate::arch::x86_64::LEN);
+    r.put(16, pc);
+    r.put(7, sp);
+    r.put(6, rbp);
+    r.put(1, rbx);
+    r
+}
+
+fn run(p: &mut Proc, regs: &RegisterValues, cap: usize) -> (Vec<u64>, Vec<u8>, Vec<Repeat>, WalkOutcome) {
+    let mut frames = vec![0u64; cap];
+    let mut tr = vec![0u8; cap];
+    let mut reps = vec![Repeat::default(); 8];
+    let opts = WalkOptions { strip: None, ..WalkOptions::host() };
+    let code = Proc { regions: BTreeMap::new(), images: p.images.clone(), reads: 0 };
+    let o = walk(regs, p, &code, &opts, WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps });
+    (frames[..o.frames].to_vec(), tr[..o.frames].to_vec(), reps[..o.repeats].to_vec(), o)
+}
+
+const STACK: u64 = 0x7000_0000;
+
+/// leaf <- mid <- top <- start, with stale function-entry addresses and a stale frame record lying around.
+fn x86_chain() -> (Proc, RegisterValues) {
+    let mut p = x86_process();
+    p.regions.insert(STACK, vec![0u8; 0x1000]);
+    let sp = STACK + 0x100;
+    // leaf: [sp] = return into mid.
+    p.put_word(sp, 0x40_2055);
+    // mid: CFA = sp+8+16: saved rbx at sp+8, return into top at sp+16.
+    p.put_word(sp + 8, 0xb0b);
+    p.put_word(sp + 16, 0x40_3055);
+    // top: CFA = rbp + 16 with rbp = sp + 24: saved rbp at sp+24 (a garbage value: start keeps no frame), return
+    // into start at sp+32.
+    p.put_word(sp + 24, 0x1234);
+    p.put_word(sp + 32, 0x40_4055);
+    // Beyond the real end: function entries and a call-preceded address that a scan would take for frames.
+    p.put_word(sp + 40, 0x40_1000);
+    p.put_word(sp + 48, 0x40_2005);
+    (p, x86_regs(0x40_1010, sp, sp + 24, 0xaaa))
+}
+
+#[test]
+fn cfi_walks_frameless_code_to_the_outermost_frame_and_no_further() {
+    let (mut p, regs) = x86_chain();
+    let (f, t, r, o) = run(&mut p, &regs, 64);
+    assert_eq!(f, vec![0x40_1010, 0x40_2055, 0x40_3055, 0x40_4055]);
+    assert_eq!(t, vec![trust::CONTEXT, trust::CFI, trust::CFI, trust::CFI]);
+    assert!(r.is_empty());
+    assert_eq!(o.stop, StopReason::End);
+    assert!(!o.truncated);
+}
+
+#[test]
+fn the_return_address_minus_one_selects_the_callers_fde() {
+    // A call as the last instruction of `mid`: its return address is the first byte after mid's FDE range.
+    let (mut p, regs) = x86_chain();
+    p.put_word(STACK + 0x100, 0x40_2100);
+    let (f, _, _, o) = run(&mut p, &regs, 64);
+    assert_eq!(f, vec![0x40_1010, 0x40_2100, 0x40_3055, 0x40_4055], "{o:?}");
+}
+
+#[test]
+fn the_stack_ends_at_its_first_unreadable_page() {
+    // The same chain, but the stack mapping ends right after mid's frame: top's frame would lie beyond it (in the
+    // next mapping up, another thread's stack): the walk stops instead of following it.
+    let (mut p, regs) = x86_chain();
+    let bytes = p.regions.remove(&STACK).expect("stack");
+    p.regions.insert(STACK, bytes[..0x110].to_vec());
+    p.regions.insert(STACK + 0x1000 + 0x1000, vec![0u8; 0x1000]); // the neighbour, after a guard gap
+    let (f, _, _, o) = run(&mut p, &regs, 64);
+    assert_eq!(f, vec![0x40_1010, 0x40_2055], "{o:?}");
+    assert_ne!(o.stop, StopReason::End);
+}
+
+#[test]
+fn no_unwind_info_falls_back_to_the_frame_pointer_then_a_scan_of_call_preceded_words_only() {
+    let mut p = x86_process();
+    p.images[0].unwind = UnwindSections::default(); // a stripped-of-everything image
+    p.regions.insert(STACK, vec![0u8; 0x1000]);
+    let sp = STACK + 0x100;
+    // A frame record at rbp = sp + 0x40 returning into top; its saved rbp ends the chain.
+    p.put_word(sp + 0x40, 0);
+    p.put_word(sp + 0x48, 0x40_3055);
+    let (f, t, _, o) = run(&mut p, &x86_regs(0x40_1010, sp, sp + 0x40, 0), 64);
+    assert_eq!(f[..2], [0x40_1010, 0x40_3055], "{o:?}");
+    assert_eq!(t[1], trust::FRAME_POINTER);
+
+    // No frame record either: a scan finds the first call-preceded word, skipping a function entry (0x40_1000
+    // follows no call: 0x40_0ffb..0x40_1000 is not `E8` + 4 bytes in this code) and values outside every image.
+    let mut p = x86_process();
+    p.images[0].unwind = UnwindSections::default();
+    p.regions.insert(STACK, vec![0u8; 0x1000]);
+    p.put_word(sp, 0x7fff_0000_0000);
+    p.put_word(sp + 8, 0x40_1000);
+    p.put_word(sp + 16, 0x40_2055);
+    let (f, t, _, _) = run(&mut p, &x86_regs(0x40_1010, sp, 0, 0), 64);
+    assert_eq!(f[..2], [0x40_1010, 0x40_2055]);
+    assert_eq!(t[1], trust::SCAN);
+    assert!(f.len() <= 1 + WalkOptions::host().max_scans, "scans are capped: {f:x?}");
+}
+
+#[test]
+fn a_call_through_a_null_pointer_keeps_its_caller() {
+    // pc = 0 (outside every image); the call pushed the return address into mid at [sp].
+    let (mut p, _) = x86_chain();
+    let sp = STACK + 0x100 - 8;
+    p.put_word(sp, 0x40_2055);
+    p.put_word(sp + 8, 0xb0b); // mid's frame starts above: mid had called through the pointer
+    let regs = x86_regs(0, sp, STACK + 0x100 + 24, 0);
+    let (f, t, _, o) = run(&mut p, &regs, 64);
+    assert_eq!(f[..2], [0, 0x40_2055], "{o:?}");
+    assert_eq!(t[1], trust::SCAN);
+}
+
+#[test]
+fn deep_recursion_is_compressed_and_keeps_its_callers() {
+    // `mid` calling itself 3000 times (each frame: saved rbx + return address into mid), then top, start.
+    let mut p = x86_process();
+    p.regions.insert(STACK, vec![0u8; 0x20000]);
+    let sp = STACK + 0x100;
+    let n = 3000u64;
+    p.put_word(sp, 0x40_2055); // leaf returns into mid
+    for k in 0..n {
+        let base = sp + 8 + 16 * k;
+        p.put_word(base, 0xb0b);
+        p.put_word(base + 8, if k + 1 < n { 0x40_2055 } else { 0x40_3055 });
+    }
+    let top = sp + 8 + 16 * n;
+    p.put_word(top, 0x1234);
+    p.put_word(top + 8, 0x40_4055);
+    let (f, _, r, o) = run(&mut p, &x86_regs(0x40_1010, sp, top, 0), 64);
+    assert_eq!(o.stop, StopReason::End, "{o:?}");
+    assert_eq!(f, vec![0x40_1010, 0x40_2055, 0x40_3055, 0x40_4055]);
+    assert_eq!(r, vec![Repeat { start: 1, len: 1, count: (n - 1) as u32 }]);
+    assert_eq!(expand(&f, &r).len() as u64, 3 + n);
+}
+
+#[test]
+fn caps_and_hostile_input_end_without_panicking() {
+    // Frame cap.
+    let (mut p, regs) = x86_chain();
+    let (f, _, _, o) = run(&mut p, &regs, 2);
+    assert_eq!((f.len(), o.stop, o.truncated), (2, StopReason::FrameCap, true));
+    let (f, _, _, o) = run(&mut p, &regs, 0);
+    assert_eq!((f.len(), o.stop), (0, StopReason::NoRoom));
+    // An unknown register set.
+    let (f, _, _, o) = run(&mut p, &RegisterValues::EMPTY, 8);
+    assert_eq!((f.len(), o.stop), (0, StopReason::NoRegisters));
+    // Garbage tables: every byte of the header and of .eh_frame flipped in turn, and random stacks.
+    let (clean, regs) = x86_chain();
+    let hdr_len = clean.regions[&0x40_5000].len();
+    let eh_len = clean.regions[&0x40_6000].len();
+    for (region, len) in [(0x40_5000u64, hdr_len), (0x40_6000, eh_len)] {
+        for i in 0..len {
+            for bits in [0x01u8, 0x80, 0xff] {
+                let (mut p, _) = x86_chain();
+                p.regions.get_mut(&region).expect("region")[i] ^= bits;
+                let (f, _, _, _) = run(&mut p, &regs, 16);
+                assert!(!f.is_empty() && f.len() <= 16);
+            }
+        }
+    }
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..300 {
+        let (mut p, _) = x86_chain();
+        for k in 0..64u64 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let v = match k % 4 {
+                0 => 0x40_0000 + seed % 0x5000,
+                1 => STACK + seed % 0x1000,
+                _ => seed,
+            };
+            p.put_word(STACK + 0x100 + 8 * k, v);
+        }
+        let regs = x86_regs(0x40_0000 + seed % 0x5000, STACK + 0x100, STACK + (seed >> 8) % 0x1000, seed);
+        let (f, _, _, _) = run(&mut p, &regs, 32);
+        assert!(!f.is_empty() && f.len() <= 32);
+    }
+}
+
+/// arm64: `leaf` at 0x40_1000 without CFI (LR holds its caller), `mid` at 0x40_2000 with a frame record
+/// (CFA = x29 + 16, x29 at CFA - 16, x30 at CFA - 8), `start` at 0x40_4000 with x30 undefined.
+#[test]
+fn arm64_leaf_through_lr_then_cfi_with_signed_return_addresses() {
+    let encoding = Encoding { format: Format::Dwarf32, version: 1, address_size: 8 };
+    let (x29, x30, sp_reg) = (Register(29), Register(30), Register(31));
+    let mut table = FrameTable::default();
+    let mut cie = CommonInformationEntry::new(encoding, 4, -8, x30);
+    cie.add_instruction(I::Cfa(sp_reg, 0));
+    let cie = table.add_cie(cie);
+    let mut mid = FrameDescriptionEntry::new(Address::Constant(0x40_2000), 0x100);
+    mid.add_instruction(4, I::Cfa(x29, 16));
+    mid.add_instruction(4, I::Offset(x29, -16));
+    mid.add_instruction(4, I::Offset(x30, -8));
+    table.add_fde(cie, mid);
+    let mut start = FrameDescriptionEntry::new(Address::Constant(0x40_4000), 0x100);
+    start.add_instruction(0, I::Undefined(x30));
+    table.add_fde(cie, start);
+    let mut eh = EhFrame(EndianVec::new(LittleEndian));
+    table.write_eh_frame(&mut eh).expect("write");
+    let eh_bytes = eh.0.into_vec();
+    let mut code = Vec::new();
+    while code.len() < 0x5000 {
+        code.extend_from_slice(&0x9400_0010u32.to_le_bytes()); // bl
+    }
+    let mut p = Proc::default();
+    p.regions.insert(0x40_0000, code);
+    p.regions.insert(0x40_5000, eh_frame_hdr(&eh_bytes, 0x40_6000, 0x40_5000));
+    p.regions.insert(0x40_6000, eh_bytes);
+    p.regions.insert(STACK, vec![0u8; 0x1000]);
+    p.images.push(Module {
+        start: 0x40_0000,
+        end: 0x40_1100, // leaf's range has no FDE
+        unwind: UnwindSections { eh_frame_hdr: (0x40_5000, 0x100), ..UnwindSections::default() },
+    });
+    p.images.push(Module {
+        start: 0x40_2000,
+        end: 0x40_5000,
+        unwind: UnwindSections { eh_frame_hdr: (0x40_5000, 0x100), ..UnwindSections::default() },
+    });
+    let sp = STACK + 0x100;
+    // mid's frame record at x29 = sp + 0x20: [caller fp, signed return address into start].
+    p.put_word(sp + 0x20, 0);
+    p.put_word(sp + 0x28, 0x0029_0000_0040_4058);
+    let mut regs = RegisterValues::new(crate::arch::aarch64::SET, crate::arch::aarch64::LEN);
+    regs.put(32, 0x40_1010); // pc in leaf
+    regs.put(31, sp);
+    regs.put(29, sp + 0x20);
+    regs.put(30, 0x0013_0000_0040_2058); // signed LR into mid
+    let mut frames = [0u64; 16];
+    let mut tr = [0u8; 16];
+    let mut reps = [Repeat::default(); 4];
+    let opts = WalkOptions { strip: PacStrip::with_va_bits(48), ..WalkOptions::host() };
+    let code = Proc { regions: BTreeMap::new(), images: p.images.clone(), reads: 0 };
+    let o = walk(&regs, &mut p, &code, &opts, WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps });
+    assert_eq!(&frames[..o.frames], &[0x40_1010, 0x40_2058, 0x40_4058], "{o:?}");
+    assert_eq!(&tr[..o.frames], &[trust::CONTEXT, trust::LINK_REGISTER, trust::CFI]);
+    assert_eq!(o.stop, StopReason::End);
+}
