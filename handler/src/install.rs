@@ -16,6 +16,15 @@ pub enum InstallError {
     InvalidConfig(&'static str),
     /// The report directory could not be created or opened.
     ReportDir(String),
+    /// The report directory exists but this process cannot create files in it (read-only file system, no write
+    /// permission, a pseudo file system such as `/proc` or `/sys`): every report would be lost. Found at install
+    /// by `faccessat(W_OK | X_OK)` and by creating and removing a probe file.
+    ReportDirNotWritable {
+        /// The directory, as configured.
+        path: std::path::PathBuf,
+        /// The `errno` of the check that failed (`EACCES`, `EROFS`, `ENOENT` on `/proc`, ...).
+        errno: i32,
+    },
     /// Preallocating the crash-time buffers failed.
     OutOfMemory,
     /// An OS call failed.
@@ -36,6 +45,12 @@ impl fmt::Display for InstallError {
             InstallError::NotInstalled => write!(f, "the crash handler is not installed"),
             InstallError::InvalidConfig(what) => write!(f, "invalid configuration: {what}"),
             InstallError::ReportDir(e) => write!(f, "report directory: {e}"),
+            InstallError::ReportDirNotWritable { path, errno } => write!(
+                f,
+                "report directory {} is not writable: {} (errno {errno}); no crash report could be saved",
+                path.display(),
+                std::io::Error::from_raw_os_error(*errno)
+            ),
             InstallError::OutOfMemory => write!(f, "out of memory while preallocating crash buffers"),
             InstallError::Os { what, errno } => write!(f, "{what} failed (errno {errno})"),
             InstallError::Unsupported => write!(f, "no crash handler backend for this platform"),
@@ -63,12 +78,20 @@ pub(crate) fn leak_bytes(b: &[u8]) -> &'static [u8] {
     Vec::leak(b.to_vec())
 }
 
-/// Creates the report directory (with parents, mode 0700: reports hold memory contents of the app) and opens it;
-/// returns the directory descriptor the crash path writes into (report files are created 0600). Install time.
+/// Creates the report directory (with parents, mode 0700: reports hold memory contents of the app), opens it, and
+/// checks that files can be created in it; returns the directory descriptor the crash path writes into (report
+/// files are created 0600). Install time.
+///
+/// The check is `faccessat(".", W_OK | X_OK, AT_EACCESS)` (a clear `EACCES` / `EROFS` for the common cases)
+/// followed by a real probe: creating `.install-probe-<pid>.tmp` (`O_CREAT | O_EXCL`) and unlinking it. The probe
+/// is needed because `faccessat` answers "writable" where creation still fails: for root (which passes every mode
+/// check) on a pseudo file system such as `/sys`, on a read-only bind mount seen through some container runtimes,
+/// or under an LSM policy. The probe name starts with a dot, so report readers skip it.
 ///
 /// # Errors
-/// [`InstallError::ReportDir`] when it cannot be created or opened, [`InstallError::InvalidConfig`] for a path with
-/// a NUL byte.
+/// [`InstallError::ReportDir`] when it cannot be created or opened (a path that is a file, for instance),
+/// [`InstallError::ReportDirNotWritable`] when no file can be created in it, [`InstallError::InvalidConfig`] for a
+/// path with a NUL byte.
 #[cfg(unix)]
 #[allow(unsafe_code)]
 pub(crate) fn open_report_dir(dir: &Path) -> Result<i32, InstallError> {
@@ -86,7 +109,47 @@ pub(crate) fn open_report_dir(dir: &Path) -> Result<i32, InstallError> {
     if fd < 0 {
         return Err(InstallError::ReportDir(std::io::Error::last_os_error().to_string()));
     }
+    if let Err(errno) = check_writable(fd) {
+        // SAFETY: closing the descriptor opened above.
+        unsafe { libc::close(fd) };
+        return Err(InstallError::ReportDirNotWritable { path: dir.to_path_buf(), errno });
+    }
     Ok(fd)
+}
+
+/// Whether files can be created in directory `dir_fd` (see [`open_report_dir`]); `Err(errno)` when not.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn check_writable(dir_fd: i32) -> Result<(), i32> {
+    let last_errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+    // SAFETY: "." is a NUL-terminated literal; `dir_fd` is an open directory.
+    if unsafe { libc::faccessat(dir_fd, c".".as_ptr(), libc::W_OK | libc::X_OK, libc::AT_EACCESS) } != 0 {
+        return Err(last_errno());
+    }
+    let name =
+        std::ffi::CString::new(format!(".install-probe-{}.tmp", std::process::id())).map_err(|_| libc::EINVAL)?;
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+    // Two attempts: a probe left by an earlier process with the same pid (killed between create and unlink) is
+    // removed once.
+    for _ in 0..2 {
+        // SAFETY: `name` is NUL-terminated and outlives the call.
+        let fd = unsafe { libc::openat(dir_fd, name.as_ptr(), flags, 0o600 as libc::c_uint) };
+        if fd >= 0 {
+            // SAFETY: closing and unlinking the probe file created just above.
+            unsafe {
+                libc::close(fd);
+                libc::unlinkat(dir_fd, name.as_ptr(), 0);
+            }
+            return Ok(());
+        }
+        let e = last_errno();
+        if e != libc::EEXIST {
+            return Err(e);
+        }
+        // SAFETY: as above; removing the stale probe.
+        unsafe { libc::unlinkat(dir_fd, name.as_ptr(), 0) };
+    }
+    Err(libc::EEXIST)
 }
 
 /// Installs the crash handler.
@@ -103,8 +166,8 @@ pub(crate) fn open_report_dir(dir: &Path) -> Result<i32, InstallError> {
 ///
 /// # Errors
 /// [`InstallError::AlreadyInstalled`], [`InstallError::InvalidConfig`], [`InstallError::ReportDir`],
-/// [`InstallError::OutOfMemory`], [`InstallError::Os`], or [`InstallError::Unsupported`] off Linux and Apple
-/// platforms.
+/// [`InstallError::ReportDirNotWritable`], [`InstallError::OutOfMemory`], [`InstallError::Os`], or
+/// [`InstallError::Unsupported`] off Linux and Apple platforms.
 ///
 /// On Apple platforms (type-checked only, see `crate::platform::darwin`) it also registers the Mach exception port
 /// and starts the two exception threads; the image table is filled by dyld's add-image callback instead of
