@@ -152,6 +152,17 @@ fn check_writable(dir_fd: i32) -> Result<(), i32> {
     Err(libc::EEXIST)
 }
 
+/// Runs, at install, the one-time lazy initialisation the crash path would otherwise trigger after a fault.
+///
+/// `crc32fast` (every report section carries its CRC-32) picks its implementation on each `hash` by CPU feature
+/// detection through std's `is_x86_feature_detected!` / `is_aarch64_feature_detected!`, whose first use fills a
+/// process-wide cache: about 100 µs on x86-64 (`cpuid`), and on arm64 a `getauxval` call, which on musl can take
+/// the dynamic loader's lock, or a read of `/proc/self/auxv` where `getauxval` is missing (which allocates). Hashing
+/// once here fills that cache, so the writer's first checksum after a fault is plain arithmetic.
+fn warm_up() {
+    core::hint::black_box(crc32fast::hash(core::hint::black_box(b"crash handler warm-up")));
+}
+
 /// Installs the crash handler.
 ///
 /// Allocates everything the crash path needs (thread table of `config.max_threads` slots, one frame buffer of
@@ -173,6 +184,7 @@ fn check_writable(dir_fd: i32) -> Result<(), i32> {
 /// and starts the two exception threads; the image table is filled by dyld's add-image callback instead of
 /// `dl_iterate_phdr`, so `refresh_images` is not needed there.
 pub fn install(config: &Config) -> Result<(), InstallError> {
+    warm_up();
     #[cfg(target_os = "linux")]
     {
         crate::platform::linux::install(config)
