@@ -445,3 +445,39 @@ crash_test!(
         ..NULL_READ
     }
 );
+
+/// A disk that fills up (here: `RLIMIT_FSIZE` of 24 bytes, lowered by the crash hook, so writes fail with `EFBIG`)
+/// before the head sections (file header, META, EXCEPTION) are on disk: no file is committed as a report, and the
+/// temporary file is removed (a headerless file would be taken for a finished report). The process still dies by
+/// its signal, without allocating.
+#[test]
+fn disk_full_before_the_head_is_written_commits_nothing() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let run = run(client(), "disk_full_in_head", base.path(), LIMIT);
+    let ctx = format!("stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    assert_eq!(run.signal, Some(SIGSEGV), "{ctx}");
+    assert_eq!(run.count("starts"), Some(1), "{ctx}");
+    assert_eq!(run.count("ends"), Some(1), "{ctx}");
+    assert_eq!(run.count("all_allocs"), Some(0), "{ctx}");
+    assert!(run.reports.is_empty(), "a report without its head was committed: {:?}; {ctx}", run.reports);
+    assert!(run.leftovers.is_empty(), "temporary files left: {:?}; {ctx}", run.leftovers);
+}
+
+/// The disk fills up after the head sections (4 KiB: head, user values, part of the threads): the file is
+/// committed, torn, and its head decodes (the exception is there), so the crash is not lost.
+#[test]
+fn disk_full_after_the_head_commits_a_torn_report() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let run = run(client(), "disk_full_after_head", base.path(), LIMIT);
+    let ctx = format!("stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    assert_eq!(run.signal, Some(SIGSEGV), "{ctx}");
+    assert_eq!(run.count("all_allocs"), Some(0), "{ctx}");
+    assert_eq!(run.reports.len(), 1, "{ctx}");
+    assert!(run.leftovers.is_empty(), "{:?}", run.leftovers);
+    let bytes = std::fs::read(&run.reports[0]).expect("read");
+    assert_eq!(bytes.len(), 4096, "the write stopped at the limit");
+    let d = report_format::decode(&bytes).expect("decodes");
+    assert!(!d.is_intact() && !d.end_found, "torn on purpose");
+    assert!(d.report.meta.is_some(), "{:?}", d.problems);
+    assert_eq!(d.report.exception.as_ref().and_then(|e| e.signal), Some(SIGSEGV));
+}

@@ -25,6 +25,16 @@ static C_ALLOCS: AtomicU64 = AtomicU64::new(0);
 static STARTS: AtomicU64 = AtomicU64::new(0);
 static ENDS: AtomicU64 = AtomicU64::new(0);
 static COUNT_FD: AtomicI32 = AtomicI32::new(-1);
+/// When non-zero, the crash hook lowers `RLIMIT_FSIZE` to this many bytes at crash start and lifts it again
+/// before writing the counts: report writes past it fail with `EFBIG` (SIGXFSZ ignored), a stand-in for a full
+/// disk (`ENOSPC`) that affects nothing but the report.
+static FSIZE_LIMIT: AtomicU64 = AtomicU64::new(0);
+
+fn set_fsize_limit(bytes: u64) {
+    let lim = libc::rlimit { rlim_cur: bytes, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: valid rlimit; setrlimit is a plain system call (test code, run from the crash hook).
+    unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &lim) };
+}
 
 fn gettid() -> u64 {
     // SAFETY: gettid has no arguments and cannot fail.
@@ -136,11 +146,18 @@ extern "C" fn hook(event: handler::test_hooks::CrashEvent, tid: u64) {
     match event {
         CrashEvent::Start => {
             CRASH_TID.store(tid, Ordering::Release);
+            let limit = FSIZE_LIMIT.load(Ordering::Acquire);
+            if limit != 0 {
+                set_fsize_limit(limit);
+            }
             STARTS.fetch_add(1, Ordering::AcqRel);
             COUNTING.store(true, Ordering::Release);
         }
         CrashEvent::BeforeReraise => {
             COUNTING.store(false, Ordering::Release);
+            if FSIZE_LIMIT.load(Ordering::Acquire) != 0 {
+                set_fsize_limit(libc::RLIM_INFINITY);
+            }
             ENDS.fetch_add(1, Ordering::AcqRel);
             let fd = COUNT_FD.load(Ordering::Acquire);
             if fd < 0 {
@@ -457,6 +474,19 @@ fn run_trigger(trigger: &str, dir: &std::path::Path) {
                 .expect("spawn");
             started.wait();
             std::thread::sleep(std::time::Duration::from_millis(20));
+            trigger_null_deref();
+        }
+        // A full disk at crash time. `disk_full_in_head`: the report file may grow to 24 bytes only (the file header
+        // and 8 bytes of META's section header); 200 parked threads make the report larger than the writer's 64 KiB
+        // buffer, so the failure comes in the middle of encoding, not only at the final flush.
+        // `disk_full_after_head`: 4 KiB, past META and EXCEPTION; 50 threads make a report of some 20 KiB, which
+        // fails at the final flush.
+        "disk_full_in_head" | "disk_full_after_head" => {
+            // SAFETY: ignoring SIGXFSZ, so a write past RLIMIT_FSIZE fails with EFBIG instead of killing.
+            unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+            let in_head = trigger == "disk_full_in_head";
+            park_threads(if in_head { 200 } else { 50 });
+            FSIZE_LIMIT.store(if in_head { 24 } else { 4096 }, Ordering::Release);
             trigger_null_deref();
         }
         "handler_fault" => {
