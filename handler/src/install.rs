@@ -163,13 +163,36 @@ fn warm_up() {
     core::hint::black_box(crc32fast::hash(core::hint::black_box(b"crash handler warm-up")));
 }
 
+/// Reserves [`crate::crash::writer::SPARE_FDS`] descriptors (`/dev/null`, read-only, close-on-exec; the root
+/// directory where `/dev/null` is missing) that the crash path closes when it runs out of descriptors (`EMFILE`), so
+/// the report file and `/proc/self/task` can still be opened. Best effort: a process already out of descriptors
+/// at install reserves fewer. A second install replaces the spares of the first.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn reserve_spare_fds() {
+    for i in 0..crate::crash::writer::SPARE_FDS {
+        // SAFETY: NUL-terminated literal paths; the results are checked.
+        let fd = unsafe {
+            match libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) {
+                fd if fd >= 0 => fd,
+                _ => libc::open(c"/".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC),
+            }
+        };
+        if fd < 0 {
+            return;
+        }
+        crate::crash::writer::set_spare_fd(i, fd);
+    }
+}
+
 /// Installs the crash handler.
 ///
 /// Allocates everything the crash path needs (thread table of `config.max_threads` slots, one frame buffer of
 /// `config.max_frames` frames reused for every thread, the image table filled from `dl_iterate_phdr`, a 64 KiB
 /// section buffer and a 64 KiB write buffer, an alternate signal stack of `config.alt_stack_size` bytes for the
 /// calling thread, a separate crash stack), opens (creating if needed) the report directory, saves the previous
-/// signal actions and installs handlers for SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP and SIGSYS with
+/// signal actions, reserves three spare descriptors (closed at crash time when the process is out of descriptors)
+/// and installs handlers for SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP and SIGSYS with
 /// `SA_SIGINFO | SA_ONSTACK` (plus `SA_NODEFER`, so a fault inside the handler is caught), and for the reserved stop
 /// signal. Never panics.
 ///
@@ -187,11 +210,11 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     warm_up();
     #[cfg(target_os = "linux")]
     {
-        crate::platform::linux::install(config)
+        crate::platform::linux::install(config).inspect(|()| reserve_spare_fds())
     }
     #[cfg(target_vendor = "apple")]
     {
-        crate::platform::darwin::install(config)
+        crate::platform::darwin::install(config).inspect(|()| reserve_spare_fds())
     }
     #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
     {
@@ -202,7 +225,7 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
 
 /// Uninstalls the crash handler: restores the signal actions saved at install (the fatal signals and the stop
 /// signal), restores the previous alternate signal stack when called on the thread that installed, and closes the
-/// report directory. The preallocated buffers are kept (never freed), because another thread may be inside the
+/// report directory and the spare descriptors. The preallocated buffers are kept (never freed), because another thread may be inside the
 /// handler at this moment; a later [`install`] allocates a fresh set.
 ///
 /// # Errors
@@ -210,11 +233,11 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
 pub fn uninstall() -> Result<(), InstallError> {
     #[cfg(target_os = "linux")]
     {
-        crate::platform::linux::uninstall()
+        crate::platform::linux::uninstall().inspect(|()| while crate::crash::writer::release_spare_fd() {})
     }
     #[cfg(target_vendor = "apple")]
     {
-        crate::platform::darwin::uninstall()
+        crate::platform::darwin::uninstall().inspect(|()| while crate::crash::writer::release_spare_fd() {})
     }
     #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
     {

@@ -399,6 +399,13 @@ crash_test!(
     }
 );
 
+// Out of file descriptors (EMFILE) when the crash comes: the report file and /proc/self/task still open (the
+// handler reserved spare descriptors at install and frees them at crash time).
+crash_test!(
+    out_of_file_descriptors,
+    Expect { trigger: "emfile", frames: with_main(&["read_at", "trigger_null_deref"]), ..NULL_READ }
+);
+
 crash_test!(
     fault_inside_the_handler_leaves_a_minimal_report,
     Expect { trigger: "handler_fault", frames: &["read_at"], minimal: true, ..NULL_READ }

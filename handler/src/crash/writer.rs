@@ -11,6 +11,7 @@ use crate::crash::images::ImageList;
 use crate::crash::threads::{ThreadTable, CAPTURED};
 use crate::crash::user_table::{self, Snapshot};
 use crate::unwind::{self, MemoryReader, Repeat, WalkOptions};
+use core::sync::atomic::{AtomicI32, Ordering};
 use report_format::encode::{EncodeError, Encoder, Exception, Image, KeyValue, Message, Meta, Sink, SinkError, Thread};
 
 /// Suffix of a finished report file name (`<32 hex digits of the report id>.crashreport`).
@@ -164,26 +165,82 @@ fn concat(out: &mut [u8; 64], parts: &[&[u8]]) {
     }
 }
 
+/// How many spare descriptors install reserves for the crash path: one for `/proc/self/task` (Linux), one for the
+/// report file, which are open one after the other, plus one for another thread that takes a freed slot between
+/// our `close` and our `open` (threads still run while `/proc/self/task` is read).
+pub const SPARE_FDS: usize = 3;
+
+/// Descriptors reserved at install (`/dev/null` opened read-only, close-on-exec); -1: none. The crash path closes
+/// one when an `open` fails with `EMFILE` / `ENFILE` and tries again, so a process that ran out of descriptors
+/// still gets its report (the way libuv keeps a reserve descriptor for `accept` under `EMFILE`).
+static SPARES: [AtomicI32; SPARE_FDS] = [const { AtomicI32::new(-1) }; SPARE_FDS];
+
+/// Install time: hands `fd` to the crash path as spare number `i` (closing the one it replaces, if any). Returns
+/// `false` (and closes `fd`) when `i` is out of range.
+pub fn set_spare_fd(i: usize, fd: i32) -> bool {
+    let Some(slot) = SPARES.get(i) else {
+        // SAFETY: closing a descriptor the caller handed over.
+        unsafe { libc::close(fd) };
+        return false;
+    };
+    let old = slot.swap(fd, Ordering::AcqRel);
+    if old >= 0 {
+        // SAFETY: the replaced spare is ours; nobody else uses it.
+        unsafe { libc::close(old) };
+    }
+    true
+}
+
+/// Closes one spare descriptor, freeing a slot in the descriptor table; `false` when none is left. Signal-safe
+/// (an atomic swap and `close`), and each spare is closed once even when threads race.
+pub fn release_spare_fd() -> bool {
+    for slot in &SPARES {
+        let fd = slot.swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            // SAFETY: the spare was ours, and the swap made this the only thread holding it.
+            unsafe { libc::close(fd) };
+            return true;
+        }
+    }
+    false
+}
+
+/// Runs `open` (an `open`/`openat` returning a descriptor or -1 with `errno`); when it fails for lack of
+/// descriptors (`EMFILE`: the process limit, `ENFILE`: the system's), closes a spare ([`release_spare_fd`]) and
+/// tries again, at most once per spare. Returns the descriptor or `Err(errno)`. Signal-safe if `open` is.
+pub fn open_with_spares(mut open: impl FnMut() -> i32) -> Result<i32, i32> {
+    for _ in 0..=SPARE_FDS {
+        let fd = open();
+        if fd >= 0 {
+            return Ok(fd);
+        }
+        let e = errno();
+        if !matches!(e, libc::EMFILE | libc::ENFILE) || !release_spare_fd() {
+            return Err(e);
+        }
+    }
+    Err(libc::EMFILE)
+}
+
 /// Creates the temporary report file in directory `dir_fd`, open for reading and writing (so [`commit`] can check
 /// what reached the file); returns its fd.
+///
+/// Out of descriptors, it frees a spare reserved at install and tries again ([`open_with_spares`]).
 ///
 /// # Errors
 /// The `errno` of `openat`.
 pub fn create_temp(dir_fd: i32, names: &ReportNames) -> Result<i32, i32> {
-    // SAFETY: `names.temp()` is NUL-terminated (`concat` keeps a trailing NUL); `openat` does not retain it.
-    let fd = unsafe {
-        libc::openat(
-            dir_fd,
-            names.temp().as_ptr().cast(),
-            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-            0o600 as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        Err(errno())
-    } else {
-        Ok(fd)
-    }
+    open_with_spares(|| {
+        // SAFETY: `names.temp()` is NUL-terminated (`concat` keeps a trailing NUL); `openat` does not retain it.
+        unsafe {
+            libc::openat(
+                dir_fd,
+                names.temp().as_ptr().cast(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o600 as libc::c_uint,
+            )
+        }
+    })
 }
 
 /// Makes the report durable and visible, but only a report that says what crashed: `fsync` the file, check that

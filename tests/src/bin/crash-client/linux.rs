@@ -31,9 +31,14 @@ static COUNT_FD: AtomicI32 = AtomicI32::new(-1);
 static FSIZE_LIMIT: AtomicU64 = AtomicU64::new(0);
 
 fn set_fsize_limit(bytes: u64) {
-    let lim = libc::rlimit { rlim_cur: bytes, rlim_max: libc::RLIM_INFINITY };
-    // SAFETY: valid rlimit; setrlimit is a plain system call (test code, run from the crash hook).
-    unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &lim) };
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: valid rlimit pointers; getrlimit/setrlimit are plain system calls (test code, run from the crash
+    // hook). The hard limit is kept.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_FSIZE, &mut lim);
+        lim.rlim_cur = bytes.min(lim.rlim_max);
+        libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
+    }
 }
 
 fn gettid() -> u64 {
@@ -487,6 +492,30 @@ fn run_trigger(trigger: &str, dir: &std::path::Path) {
             let in_head = trigger == "disk_full_in_head";
             park_threads(if in_head { 200 } else { 50 });
             FSIZE_LIMIT.store(if in_head { 24 } else { 4096 }, Ordering::Release);
+            trigger_null_deref();
+        }
+        "emfile" => {
+            // Out of file descriptors: lower the soft limit (quick), then open /dev/null until EMFILE.
+            let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            // SAFETY: valid rlimit pointers.
+            unsafe {
+                assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+                lim.rlim_cur = lim.rlim_cur.min(64);
+                assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+            }
+            let mut n = 0u32;
+            loop {
+                // SAFETY: NUL-terminated literal path.
+                let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
+                if fd < 0 {
+                    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EMFILE));
+                    break;
+                }
+                n += 1;
+                assert!(n < 100_000, "no descriptor limit");
+            }
+            // stdout is still open; the line is written from a preallocated buffer (no descriptor needed).
+            say(&format!("EMFILE after {n} more descriptors"));
             trigger_null_deref();
         }
         "handler_fault" => {
