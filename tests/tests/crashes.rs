@@ -370,6 +370,22 @@ crash_test!(
     }
 );
 
+// A stack overflow on a thread made with raw `pthread_create` (a C or C++ thread, or any thread of a host that
+// loads us as a library): the kernel can deliver SIGSEGV only on an alternate signal stack, which the handler's
+// `pthread_create` wrapper gives every new thread. std's SIGSEGV handler, which runs after ours, does not know the
+// thread and restores the default action, so the process dies by SIGSEGV.
+crash_test!(
+    stack_overflow_pthread_create_thread,
+    Expect {
+        trigger: "stack_overflow_pthread",
+        exit_signal: &[SIGSEGV, SIGABRT],
+        si_code: None,
+        addr: Addr::Any,
+        frames: &["recurse", "trigger_stack_overflow", "thread_body_overflow"],
+        ..NULL_READ
+    }
+);
+
 crash_test!(
     spawned_rust_thread,
     Expect { trigger: "thread_crash", frames: &["read_at", "trigger_null_deref", "thread_body_crash"], ..NULL_READ }

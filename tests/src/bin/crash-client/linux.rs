@@ -402,6 +402,27 @@ extern "C" fn pthread_entry(_arg: *mut libc::c_void) -> *mut libc::c_void {
     std::ptr::null_mut()
 }
 
+extern "C" fn pthread_overflow_entry(_arg: *mut libc::c_void) -> *mut libc::c_void {
+    thread_body_overflow();
+    std::ptr::null_mut()
+}
+
+/// A C-style thread (raw `pthread_create`, 256 KiB stack, no alternate signal stack set by anyone but the handler's
+/// `pthread_create` wrapper) that overflows its stack; joined, so the process dies while it runs.
+fn pthread_overflow() {
+    // SAFETY: attribute object initialised before use and destroyed after; valid out-pointers; an entry point with
+    // the right signature.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        assert_eq!(libc::pthread_attr_init(&mut attr), 0);
+        assert_eq!(libc::pthread_attr_setstacksize(&mut attr, 256 * 1024), 0);
+        let mut t: libc::pthread_t = 0;
+        assert_eq!(libc::pthread_create(&mut t, &attr, pthread_overflow_entry, std::ptr::null_mut()), 0);
+        libc::pthread_attr_destroy(&mut attr);
+        libc::pthread_join(t, std::ptr::null_mut());
+    }
+}
+
 /// Spawns `n` threads that block until the process dies; returns when all are running (and announced).
 fn park_threads(n: usize) {
     let barrier = Arc::new(Barrier::new(n + 1));
@@ -443,6 +464,7 @@ fn run_trigger(trigger: &str, dir: &std::path::Path) {
                 .expect("spawn");
             let _ = h.join();
         }
+        "stack_overflow_pthread" => pthread_overflow(),
         "thread_crash" => {
             let h = std::thread::Builder::new().name("crasher".into()).spawn(thread_body_crash).expect("spawn");
             let _ = h.join();
