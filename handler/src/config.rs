@@ -29,8 +29,9 @@ pub struct Config {
     pub max_images: usize,
     /// Bytes of image paths the table holds.
     pub image_path_bytes: usize,
-    /// Size in bytes of the alternate signal stack installed for the installing thread (at least
-    /// [`MIN_ALT_STACK`]).
+    /// Size in bytes of the alternate signal stack installed for the installing thread and, on Linux with glibc,
+    /// for every thread created after install (the `pthread_create` wrapper, `platform::linux::threads`; mapped
+    /// with `MAP_NORESERVE`, so only touched pages cost memory). At least [`MIN_ALT_STACK`].
     pub alt_stack_size: usize,
     /// Size in bytes of the stack the crash owner switches to for the heavy work (walk, encode, write).
     pub crash_stack_size: usize,

@@ -370,6 +370,22 @@ crash_test!(
     }
 );
 
+// A stack overflow on a thread made with raw `pthread_create` (a C or C++ thread, or any thread of a host that
+// loads us as a library): the kernel can deliver SIGSEGV only on an alternate signal stack, which the handler's
+// `pthread_create` wrapper gives every new thread. std's SIGSEGV handler, which runs after ours, does not know the
+// thread and restores the default action, so the process dies by SIGSEGV.
+crash_test!(
+    stack_overflow_pthread_create_thread,
+    Expect {
+        trigger: "stack_overflow_pthread",
+        exit_signal: &[SIGSEGV, SIGABRT],
+        si_code: None,
+        addr: Addr::Any,
+        frames: &["recurse", "trigger_stack_overflow", "thread_body_overflow"],
+        ..NULL_READ
+    }
+);
+
 crash_test!(
     spawned_rust_thread,
     Expect { trigger: "thread_crash", frames: &["read_at", "trigger_null_deref", "thread_body_crash"], ..NULL_READ }
@@ -397,6 +413,13 @@ crash_test!(
         others_allocate: true,
         ..NULL_READ
     }
+);
+
+// Out of file descriptors (EMFILE) when the crash comes: the report file and /proc/self/task still open (the
+// handler reserved spare descriptors at install and frees them at crash time).
+crash_test!(
+    out_of_file_descriptors,
+    Expect { trigger: "emfile", frames: with_main(&["read_at", "trigger_null_deref"]), ..NULL_READ }
 );
 
 crash_test!(
@@ -445,3 +468,39 @@ crash_test!(
         ..NULL_READ
     }
 );
+
+/// A disk that fills up (here: `RLIMIT_FSIZE` of 24 bytes, lowered by the crash hook, so writes fail with `EFBIG`)
+/// before the head sections (file header, META, EXCEPTION) are on disk: no file is committed as a report, and the
+/// temporary file is removed (a headerless file would be taken for a finished report). The process still dies by
+/// its signal, without allocating.
+#[test]
+fn disk_full_before_the_head_is_written_commits_nothing() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let run = run(client(), "disk_full_in_head", base.path(), LIMIT);
+    let ctx = format!("stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    assert_eq!(run.signal, Some(SIGSEGV), "{ctx}");
+    assert_eq!(run.count("starts"), Some(1), "{ctx}");
+    assert_eq!(run.count("ends"), Some(1), "{ctx}");
+    assert_eq!(run.count("all_allocs"), Some(0), "{ctx}");
+    assert!(run.reports.is_empty(), "a report without its head was committed: {:?}; {ctx}", run.reports);
+    assert!(run.leftovers.is_empty(), "temporary files left: {:?}; {ctx}", run.leftovers);
+}
+
+/// The disk fills up after the head sections (4 KiB: head, user values, part of the threads): the file is
+/// committed, torn, and its head decodes (the exception is there), so the crash is not lost.
+#[test]
+fn disk_full_after_the_head_commits_a_torn_report() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let run = run(client(), "disk_full_after_head", base.path(), LIMIT);
+    let ctx = format!("stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    assert_eq!(run.signal, Some(SIGSEGV), "{ctx}");
+    assert_eq!(run.count("all_allocs"), Some(0), "{ctx}");
+    assert_eq!(run.reports.len(), 1, "{ctx}");
+    assert!(run.leftovers.is_empty(), "{:?}", run.leftovers);
+    let bytes = std::fs::read(&run.reports[0]).expect("read");
+    assert_eq!(bytes.len(), 4096, "the write stopped at the limit");
+    let d = report_format::decode(&bytes).expect("decodes");
+    assert!(!d.is_intact() && !d.end_found, "torn on purpose");
+    assert!(d.report.meta.is_some(), "{:?}", d.problems);
+    assert_eq!(d.report.exception.as_ref().and_then(|e| e.signal), Some(SIGSEGV));
+}

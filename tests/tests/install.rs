@@ -28,3 +28,45 @@ fn refresh_images_reports_the_loaded_images() {
     // The executable, the vDSO, libc and the dynamic loader at least.
     assert!(n >= 3, "{n}");
 }
+
+/// An unwritable report directory fails install with a clear error naming the path and the errno, instead of
+/// installing and losing every report. The tests run as root, which passes every mode check, so the directories are
+/// ones root cannot create files in: `/proc/self` (`faccessat` already says no) and `/sys/kernel` (`faccessat` says
+/// yes for root; only the probe file finds out). Nothing is installed when install fails.
+#[test]
+fn install_refuses_an_unwritable_report_directory() {
+    let mut dirs = vec![Path::new("/proc/self")];
+    if Path::new("/sys/kernel").is_dir() {
+        dirs.push(Path::new("/sys/kernel"));
+    }
+    for dir in dirs {
+        let got = handler::install(&handler::Config::new(dir));
+        if got.is_ok() {
+            handler::uninstall().expect("uninstall");
+        }
+        match got {
+            Err(e @ handler::InstallError::ReportDirNotWritable { .. }) => {
+                let handler::InstallError::ReportDirNotWritable { path, errno } = &e else { unreachable!() };
+                assert_eq!(path, dir);
+                assert!(*errno > 0, "{e}");
+                let text = e.to_string();
+                assert!(text.contains(&*dir.to_string_lossy()) && text.contains("not writable"), "{text}");
+            }
+            other => panic!("{}: want ReportDirNotWritable, got {other:?}", dir.display()),
+        }
+        assert!(!handler::is_installed());
+    }
+}
+
+/// A report path that names a file, not a directory, is refused too.
+#[test]
+fn install_refuses_a_report_path_that_is_a_file() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let file = base.path().join("not-a-dir");
+    std::fs::write(&file, b"x").expect("file");
+    let got = handler::install(&handler::Config::new(&file));
+    if got.is_ok() {
+        handler::uninstall().expect("uninstall");
+    }
+    assert!(matches!(got, Err(handler::InstallError::ReportDir(_))), "{got:?}");
+}

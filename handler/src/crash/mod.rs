@@ -6,6 +6,7 @@
 //! - [`images`]: the preallocated image table (double-buffered for refreshes).
 //! - [`writer`]: the raw-fd sink, atomic commit, and the report's section sequence (walk each thread into one
 //!   reusable frame buffer, encode it at once).
+//! - [`stack_bounds`]: each thread's stack extent, recorded at thread start, looked up lock-free at crash time.
 //! - [`raw_buf`]: preallocated buffers the crash owner borrows without a lock.
 //! - [`hooks`]: test hooks (allocation counting, a deliberate fault inside the handler).
 //!
@@ -16,6 +17,7 @@ pub mod hooks;
 pub mod images;
 pub mod raw_buf;
 pub mod reentrancy;
+pub mod stack_bounds;
 pub mod threads;
 pub mod user_table;
 pub mod writer;

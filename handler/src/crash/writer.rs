@@ -11,6 +11,7 @@ use crate::crash::images::ImageList;
 use crate::crash::threads::{ThreadTable, CAPTURED};
 use crate::crash::user_table::{self, Snapshot};
 use crate::unwind::{self, MemoryReader, Repeat, WalkOptions};
+use core::sync::atomic::{AtomicI32, Ordering};
 use report_format::encode::{EncodeError, Encoder, Exception, Image, KeyValue, Message, Meta, Sink, SinkError, Thread};
 
 /// Suffix of a finished report file name (`<32 hex digits of the report id>.crashreport`).
@@ -164,39 +165,107 @@ fn concat(out: &mut [u8; 64], parts: &[&[u8]]) {
     }
 }
 
-/// Creates the temporary report file in directory `dir_fd`; returns its fd.
+/// How many spare descriptors install reserves for the crash path: one for `/proc/self/task` (Linux), one for the
+/// report file, which are open one after the other, plus one for another thread that takes a freed slot between
+/// our `close` and our `open` (threads still run while `/proc/self/task` is read).
+pub const SPARE_FDS: usize = 3;
+
+/// Descriptors reserved at install (`/dev/null` opened read-only, close-on-exec); -1: none. The crash path closes
+/// one when an `open` fails with `EMFILE` / `ENFILE` and tries again, so a process that ran out of descriptors
+/// still gets its report (the way libuv keeps a reserve descriptor for `accept` under `EMFILE`).
+static SPARES: [AtomicI32; SPARE_FDS] = [const { AtomicI32::new(-1) }; SPARE_FDS];
+
+/// Install time: hands `fd` to the crash path as spare number `i` (closing the one it replaces, if any). Returns
+/// `false` (and closes `fd`) when `i` is out of range.
+pub fn set_spare_fd(i: usize, fd: i32) -> bool {
+    let Some(slot) = SPARES.get(i) else {
+        // SAFETY: closing a descriptor the caller handed over.
+        unsafe { libc::close(fd) };
+        return false;
+    };
+    let old = slot.swap(fd, Ordering::AcqRel);
+    if old >= 0 {
+        // SAFETY: the replaced spare is ours; nobody else uses it.
+        unsafe { libc::close(old) };
+    }
+    true
+}
+
+/// Closes one spare descriptor, freeing a slot in the descriptor table; `false` when none is left. Signal-safe
+/// (an atomic swap and `close`), and each spare is closed once even when threads race.
+pub fn release_spare_fd() -> bool {
+    for slot in &SPARES {
+        let fd = slot.swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            // SAFETY: the spare was ours, and the swap made this the only thread holding it.
+            unsafe { libc::close(fd) };
+            return true;
+        }
+    }
+    false
+}
+
+/// Runs `open` (an `open`/`openat` returning a descriptor or -1 with `errno`); when it fails for lack of
+/// descriptors (`EMFILE`: the process limit, `ENFILE`: the system's), closes a spare ([`release_spare_fd`]) and
+/// tries again, at most once per spare. Returns the descriptor or `Err(errno)`. Signal-safe if `open` is.
+pub fn open_with_spares(mut open: impl FnMut() -> i32) -> Result<i32, i32> {
+    for _ in 0..=SPARE_FDS {
+        let fd = open();
+        if fd >= 0 {
+            return Ok(fd);
+        }
+        let e = errno();
+        if !matches!(e, libc::EMFILE | libc::ENFILE) || !release_spare_fd() {
+            return Err(e);
+        }
+    }
+    Err(libc::EMFILE)
+}
+
+/// Creates the temporary report file in directory `dir_fd`, open for reading and writing (so [`commit`] can check
+/// what reached the file); returns its fd.
+///
+/// Out of descriptors, it frees a spare reserved at install and tries again ([`open_with_spares`]).
 ///
 /// # Errors
 /// The `errno` of `openat`.
 pub fn create_temp(dir_fd: i32, names: &ReportNames) -> Result<i32, i32> {
-    // SAFETY: `names.temp()` is NUL-terminated (`concat` keeps a trailing NUL); `openat` does not retain it.
-    let fd = unsafe {
-        libc::openat(
-            dir_fd,
-            names.temp().as_ptr().cast(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-            0o600 as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        Err(errno())
-    } else {
-        Ok(fd)
-    }
+    open_with_spares(|| {
+        // SAFETY: `names.temp()` is NUL-terminated (`concat` keeps a trailing NUL); `openat` does not retain it.
+        unsafe {
+            libc::openat(
+                dir_fd,
+                names.temp().as_ptr().cast(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o600 as libc::c_uint,
+            )
+        }
+    })
 }
 
-/// Makes the report durable and visible: `fsync` the file, close it, `renameat` it to its final name, `fsync` the
-/// directory. On failure the temporary file is unlinked.
+/// Makes the report durable and visible, but only a report that says what crashed: `fsync` the file, check that
+/// it starts with a valid file header followed by intact META and EXCEPTION sections (read back from the file,
+/// every header and payload CRC checked), close it, `renameat` it to its final name, `fsync` the directory.
+///
+/// A file whose head is missing or damaged (the disk filled up, `ENOSPC`, or the file size limit was hit, `EFBIG`,
+/// before META and EXCEPTION were written, or `fsync` failed) is **unlinked**: it holds nothing a reader could use,
+/// and renamed into place it would pass for a finished report (the reporter would upload an empty crash). Under a
+/// full disk, freeing its blocks also helps the next report. A file whose head is durable is committed even when
+/// later writes failed: the reader decodes its intact sections and says what is missing.
+///
+/// Signal-safe: `fsync`, `lseek`, `read`, `close`, `renameat`, `unlinkat` (POSIX.1-2017 §2.4.3) and CRC-32
+/// arithmetic on a 256-byte stack buffer (crc32fast's CPU feature detection ran at install).
 ///
 /// # Errors
-/// The `errno` of the first call that failed.
-pub fn commit(dir_fd: i32, fd: i32, names: &ReportNames, ok: bool) -> Result<(), i32> {
+/// The `errno` of the first call that failed; `EIO` when the head is missing or damaged.
+pub fn commit(dir_fd: i32, fd: i32, names: &ReportNames) -> Result<(), i32> {
     // SAFETY: plain syscalls on descriptors we own; names are NUL-terminated fixed buffers.
     unsafe {
         let synced = libc::fsync(fd) == 0;
         let err = if synced { 0 } else { errno() };
+        let head_ok = synced && head_is_intact(fd);
         libc::close(fd);
-        if !ok || !synced {
+        if !head_ok {
             libc::unlinkat(dir_fd, names.temp().as_ptr().cast(), 0);
             return Err(if err == 0 { libc::EIO } else { err });
         }
@@ -208,6 +277,73 @@ pub fn commit(dir_fd: i32, fd: i32, names: &ReportNames, ok: bool) -> Result<(),
         libc::fsync(dir_fd);
     }
     Ok(())
+}
+
+/// Reads exactly `buf.len()` bytes of `fd` at `offset` (`lseek` + `read`, retrying short reads and `EINTR`,
+/// bounded); `false` at end of file or on an error.
+fn read_at(fd: i32, offset: u64, buf: &mut [u8]) -> bool {
+    let Ok(off) = libc::off_t::try_from(offset) else { return false };
+    // SAFETY: `fd` is open; lseek has no memory arguments.
+    if unsafe { libc::lseek(fd, off, libc::SEEK_SET) } != off {
+        return false;
+    }
+    let mut done = 0usize;
+    // Bounded: each round reads at least one byte or ends; EINTR retries are capped.
+    for _ in 0..1000 {
+        let Some(rest) = buf.get_mut(done..) else { return false };
+        if rest.is_empty() {
+            return true;
+        }
+        // SAFETY: `rest` is valid for writes of its length; `read` does not retain the pointer.
+        let r = unsafe { libc::read(fd, rest.as_mut_ptr().cast(), rest.len()) };
+        if r < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        if r <= 0 {
+            return false;
+        }
+        done = done.saturating_add(r as usize);
+    }
+    false
+}
+
+/// Whether `fd` holds a valid file header, then a META section, then an EXCEPTION section, each with a valid
+/// header CRC and payload CRC (the sections every report starts with: [`write_report`], [`write_minimal_report`]).
+fn head_is_intact(fd: i32) -> bool {
+    use report_format::framing::{self, SectionKind};
+    let mut fh = [0u8; framing::FILE_HEADER_LEN];
+    if !read_at(fd, 0, &mut fh) || !framing::parse_file_header(&fh).is_some_and(|h| h.crc_ok) {
+        return false;
+    }
+    let mut off = framing::FILE_HEADER_LEN as u64;
+    for want in [SectionKind::Meta, SectionKind::Exception] {
+        let mut sh = [0u8; framing::SECTION_HEADER_LEN];
+        if !read_at(fd, off, &mut sh) {
+            return false;
+        }
+        let Some(h) = framing::parse_section_header(&sh) else { return false };
+        if h.kind != want || h.len > framing::MAX_SECTION_LEN {
+            return false;
+        }
+        off = off.saturating_add(framing::SECTION_HEADER_LEN as u64);
+        let mut crc = crc32fast::Hasher::new();
+        let mut left = u64::from(h.len);
+        let mut chunk = [0u8; 256];
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            let Some(part) = chunk.get_mut(..n) else { return false };
+            if !read_at(fd, off, part) {
+                return false;
+            }
+            crc.update(part);
+            off = off.saturating_add(n as u64);
+            left = left.saturating_sub(n as u64);
+        }
+        if crc.finalize() != h.payload_crc {
+            return false;
+        }
+    }
+    true
 }
 
 /// Preallocated buffers the report writer works in.
@@ -489,6 +625,70 @@ mod tests {
         assert_eq!(r.images.len(), 1);
         assert_eq!(r.images[0].path.as_deref(), Some("/bin/app"));
         assert_eq!(r.exception.as_ref().and_then(|e| e.signal), Some(11));
+    }
+
+    /// `commit` renames a file only when its file header, META and EXCEPTION are on disk and intact: every cut of a
+    /// real report before the end of EXCEPTION is unlinked, every cut after it is committed, and a flipped byte in
+    /// the head is refused.
+    #[test]
+    fn commit_requires_the_head_sections() {
+        use report_format::framing::{parse_section_header, FILE_HEADER_LEN, SECTION_HEADER_LEN};
+        use std::os::unix::ffi::OsStrExt;
+        let mut images = ImageList::from_parts(Vec::leak(vec![ImageEntry::default(); 4]), Vec::leak(vec![0u8; 256]));
+        images.push(b"/bin/app", 0x40_0000, 0x10000, 0, &[0xaa; 20]);
+        let head = ReportHead {
+            meta: Meta { arch: b"x86_64", note: b"some note text", ..Meta::default() },
+            exception: Exception { signal: Some(11), si_code: Some(1), fault_address: Some(0), ..Exception::default() },
+            messages: &[],
+        };
+        let regs = x86_64::from_gregs(&[7u64; 23]);
+        let mut scratch = vec![0u8; 65536];
+        let full = write_minimal_report(Vec::new(), &head, 5, &regs, &images, &mut scratch).expect("encoded");
+        let meta = parse_section_header(&full[FILE_HEADER_LEN..]).expect("meta header");
+        let exc_at = FILE_HEADER_LEN + SECTION_HEADER_LEN + meta.len as usize;
+        let exc = parse_section_header(&full[exc_at..]).expect("exception header");
+        let head_end = exc_at + SECTION_HEADER_LEN + exc.len as usize;
+        assert!(head_end < full.len());
+
+        let dir = tempfile_dir("commit");
+        let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).expect("path");
+        // SAFETY: NUL-terminated path.
+        let dir_fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        assert!(dir_fd >= 0);
+        let mut damaged = full.clone();
+        damaged[FILE_HEADER_LEN + SECTION_HEADER_LEN + 2] ^= 0x40;
+        let cases: Vec<(Vec<u8>, bool)> =
+            [0, 8, FILE_HEADER_LEN, FILE_HEADER_LEN + 10, exc_at, exc_at + 20, head_end - 1]
+                .iter()
+                .map(|n| (full[..*n].to_vec(), false))
+                .chain([head_end, head_end + 1, full.len()].iter().map(|n| (full[..*n].to_vec(), true)))
+                .chain([(damaged, false)])
+                .collect();
+        for (i, (bytes, keep)) in cases.iter().enumerate() {
+            let names = ReportNames::new(&[i as u8; 16]);
+            let fd = create_temp(dir_fd, &names).expect("temp");
+            write_fully(fd, bytes).expect("write");
+            let got = commit(dir_fd, fd, &names);
+            let fin_len = names.final_name().iter().position(|b| *b == 0).expect("nul");
+            let fin = dir.join(std::str::from_utf8(&names.final_name()[..fin_len]).expect("utf8"));
+            assert_eq!(got.is_ok(), *keep, "case {i}: {} bytes, head ends at {head_end}", bytes.len());
+            assert_eq!(fin.exists(), *keep, "case {i}");
+            if *keep {
+                assert_eq!(std::fs::read(&fin).expect("read"), *bytes);
+            }
+        }
+        let left: Vec<_> = std::fs::read_dir(&dir).expect("dir").flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left.len(), 3, "only the committed reports remain, no temporary file: {left:?}");
+        // SAFETY: closing our directory descriptor.
+        unsafe { libc::close(dir_fd) };
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    fn tempfile_dir(what: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("handler-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        dir
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod crash;
 pub mod images;
+pub mod threads;
 
 use self::crash::{sys, CrashRecord, RawBuf, State, Text, FATAL_SIGNALS, STATE};
 use crate::arch::RegisterValues;
@@ -101,6 +102,13 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         }
     };
     let (alt_base, alt_size) = map_stack(config.alt_stack_size)?;
+    // Every thread created from now on gets its own alternate stack (stack overflows on it are reported) and its
+    // stack bounds recorded; see `threads`.
+    if let Err(e) = threads::enable(config.alt_stack_size) {
+        // SAFETY: closing the descriptor we opened above.
+        unsafe { libc::close(dir_fd) };
+        return Err(e);
+    }
 
     // Publish the state before any handler can run.
     STATE.store(state as *const State as *mut State, Ordering::Release);
@@ -208,6 +216,7 @@ fn memory_pipe() -> Option<(i32, i32)> {
 pub fn uninstall() -> Result<(), InstallError> {
     let mut guard = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
     let Some(inst) = guard.take() else { return Err(InstallError::NotInstalled) };
+    threads::disable();
     let st = inst.state;
     // SAFETY: restoring the actions saved at install, with valid pointers.
     unsafe {

@@ -25,6 +25,21 @@ static C_ALLOCS: AtomicU64 = AtomicU64::new(0);
 static STARTS: AtomicU64 = AtomicU64::new(0);
 static ENDS: AtomicU64 = AtomicU64::new(0);
 static COUNT_FD: AtomicI32 = AtomicI32::new(-1);
+/// When non-zero, the crash hook lowers `RLIMIT_FSIZE` to this many bytes at crash start and lifts it again
+/// before writing the counts: report writes past it fail with `EFBIG` (SIGXFSZ ignored), a stand-in for a full
+/// disk (`ENOSPC`) that affects nothing but the report.
+static FSIZE_LIMIT: AtomicU64 = AtomicU64::new(0);
+
+fn set_fsize_limit(bytes: u64) {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: valid rlimit pointers; getrlimit/setrlimit are plain system calls (test code, run from the crash
+    // hook). The hard limit is kept.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_FSIZE, &mut lim);
+        lim.rlim_cur = bytes.min(lim.rlim_max);
+        libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
+    }
+}
 
 fn gettid() -> u64 {
     // SAFETY: gettid has no arguments and cannot fail.
@@ -136,11 +151,18 @@ extern "C" fn hook(event: handler::test_hooks::CrashEvent, tid: u64) {
     match event {
         CrashEvent::Start => {
             CRASH_TID.store(tid, Ordering::Release);
+            let limit = FSIZE_LIMIT.load(Ordering::Acquire);
+            if limit != 0 {
+                set_fsize_limit(limit);
+            }
             STARTS.fetch_add(1, Ordering::AcqRel);
             COUNTING.store(true, Ordering::Release);
         }
         CrashEvent::BeforeReraise => {
             COUNTING.store(false, Ordering::Release);
+            if FSIZE_LIMIT.load(Ordering::Acquire) != 0 {
+                set_fsize_limit(libc::RLIM_INFINITY);
+            }
             ENDS.fetch_add(1, Ordering::AcqRel);
             let fd = COUNT_FD.load(Ordering::Acquire);
             if fd < 0 {
@@ -380,6 +402,27 @@ extern "C" fn pthread_entry(_arg: *mut libc::c_void) -> *mut libc::c_void {
     std::ptr::null_mut()
 }
 
+extern "C" fn pthread_overflow_entry(_arg: *mut libc::c_void) -> *mut libc::c_void {
+    thread_body_overflow();
+    std::ptr::null_mut()
+}
+
+/// A C-style thread (raw `pthread_create`, 256 KiB stack, no alternate signal stack set by anyone but the handler's
+/// `pthread_create` wrapper) that overflows its stack; joined, so the process dies while it runs.
+fn pthread_overflow() {
+    // SAFETY: attribute object initialised before use and destroyed after; valid out-pointers; an entry point with
+    // the right signature.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        assert_eq!(libc::pthread_attr_init(&mut attr), 0);
+        assert_eq!(libc::pthread_attr_setstacksize(&mut attr, 256 * 1024), 0);
+        let mut t: libc::pthread_t = 0;
+        assert_eq!(libc::pthread_create(&mut t, &attr, pthread_overflow_entry, std::ptr::null_mut()), 0);
+        libc::pthread_attr_destroy(&mut attr);
+        libc::pthread_join(t, std::ptr::null_mut());
+    }
+}
+
 /// Spawns `n` threads that block until the process dies; returns when all are running (and announced).
 fn park_threads(n: usize) {
     let barrier = Arc::new(Barrier::new(n + 1));
@@ -421,6 +464,7 @@ fn run_trigger(trigger: &str, dir: &std::path::Path) {
                 .expect("spawn");
             let _ = h.join();
         }
+        "stack_overflow_pthread" => pthread_overflow(),
         "thread_crash" => {
             let h = std::thread::Builder::new().name("crasher".into()).spawn(thread_body_crash).expect("spawn");
             let _ = h.join();
@@ -457,6 +501,43 @@ fn run_trigger(trigger: &str, dir: &std::path::Path) {
                 .expect("spawn");
             started.wait();
             std::thread::sleep(std::time::Duration::from_millis(20));
+            trigger_null_deref();
+        }
+        // A full disk at crash time. `disk_full_in_head`: the report file may grow to 24 bytes only (the file header
+        // and 8 bytes of META's section header); 200 parked threads make the report larger than the writer's 64 KiB
+        // buffer, so the failure comes in the middle of encoding, not only at the final flush.
+        // `disk_full_after_head`: 4 KiB, past META and EXCEPTION; 50 threads make a report of some 20 KiB, which
+        // fails at the final flush.
+        "disk_full_in_head" | "disk_full_after_head" => {
+            // SAFETY: ignoring SIGXFSZ, so a write past RLIMIT_FSIZE fails with EFBIG instead of killing.
+            unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+            let in_head = trigger == "disk_full_in_head";
+            park_threads(if in_head { 200 } else { 50 });
+            FSIZE_LIMIT.store(if in_head { 24 } else { 4096 }, Ordering::Release);
+            trigger_null_deref();
+        }
+        "emfile" => {
+            // Out of file descriptors: lower the soft limit (quick), then open /dev/null until EMFILE.
+            let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            // SAFETY: valid rlimit pointers.
+            unsafe {
+                assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+                lim.rlim_cur = lim.rlim_cur.min(64);
+                assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+            }
+            let mut n = 0u32;
+            loop {
+                // SAFETY: NUL-terminated literal path.
+                let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
+                if fd < 0 {
+                    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EMFILE));
+                    break;
+                }
+                n += 1;
+                assert!(n < 100_000, "no descriptor limit");
+            }
+            // stdout is still open; the line is written from a preallocated buffer (no descriptor needed).
+            say(&format!("EMFILE after {n} more descriptors"));
             trigger_null_deref();
         }
         "handler_fault" => {

@@ -423,7 +423,8 @@ pub fn write(st: &State, rec: &mut CrashRecord, note: &[u8], minimal: bool) -> b
     let rec_copy = *rec;
     let h = head(st, &rec_copy, id, if minimal { NOTE_MINIMAL } else { note }, msgs.get(..n_msgs).unwrap_or(&[]));
     let sink = FdSink::new(fd, write_buf);
-    let flushed = if minimal {
+    // Flush what was encoded; `commit` keeps the file only if its head sections (header, META, EXCEPTION) are durable.
+    let _ = if minimal {
         match writer::write_minimal_report(sink, &h, rec.tid, &rec.regs, st.images.current(), scratch) {
             Ok(mut s) => s.flush().is_ok(),
             Err(_) => true,
@@ -438,7 +439,7 @@ pub fn write(st: &State, rec: &mut CrashRecord, note: &[u8], minimal: bool) -> b
             Err(_) => true,
         }
     };
-    let ok = writer::commit(st.dir_fd, fd, &names, flushed).is_ok();
+    let ok = writer::commit(st.dir_fd, fd, &names).is_ok();
     rec.temp = None;
     if ok {
         st.reported.store(true, Ordering::Release);

@@ -7,7 +7,11 @@
 //! seccomp sandboxes forbid it), install detects it with [`process_vm_readv_works`] and preopens a non-blocking
 //! pipe; the reader then copies memory by `write(2)`-ing it into the pipe (the kernel, or the emulator, checks
 //! the source and returns `EFAULT` instead of faulting) and reading it back.
+//!
+//! Every address computation is checked: a garbage stack pointer near 2^64 is refused, never wrapped (a wrap would
+//! read the wrong memory in release builds and panic in debug builds).
 #![allow(unsafe_code)]
+#![deny(clippy::arithmetic_side_effects, clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
 
 use crate::unwind::MemoryReader;
 
@@ -50,19 +54,24 @@ impl<'a> ProcessVmReader<'a> {
     }
 
     fn read_pipe(&self, r: i32, w: i32, addr: u64, buf: &mut [u8]) -> bool {
-        for (k, chunk) in buf.chunks_mut(BLOCK).enumerate() {
-            let src = addr.wrapping_add((k * BLOCK) as u64) as usize as *const libc::c_void;
-            // SAFETY: the kernel reads `src` on our behalf and returns EFAULT for unmapped memory; `w` is our pipe.
-            let n = unsafe { libc::write(w, src, chunk.len()) };
+        let mut src = addr;
+        for chunk in buf.chunks_mut(BLOCK) {
+            let len = chunk.len();
+            // The whole chunk must lie below 2^64: a wrapped range would read the bottom of the address space.
+            let Some(next) = src.checked_add(len as u64) else { return false };
+            let src_ptr = src as usize as *const libc::c_void;
+            // SAFETY: the kernel reads `src_ptr` on our behalf and returns EFAULT for unmapped memory; `w` is our
+            // pipe.
+            let n = unsafe { libc::write(w, src_ptr, len) };
             if n <= 0 {
                 return false;
             }
             // SAFETY: `chunk` is valid for writes of its length; `r` is our non-blocking pipe.
             let m = unsafe { libc::read(r, chunk.as_mut_ptr().cast(), n as usize) };
-            if n as usize != chunk.len() || m != n {
+            if n as usize != len || m != n {
                 // Drain anything left so the pipe is empty for the next read (bounded).
                 let mut sink = [0u8; 64];
-                for _ in 0..(BLOCK / 64 + 1) {
+                for _ in 0..=(BLOCK / 64) {
                     // SAFETY: as above.
                     if unsafe { libc::read(r, sink.as_mut_ptr().cast(), sink.len()) } <= 0 {
                         break;
@@ -70,6 +79,7 @@ impl<'a> ProcessVmReader<'a> {
                 }
                 return false;
             }
+            src = next;
         }
         true
     }
@@ -78,6 +88,10 @@ impl<'a> ProcessVmReader<'a> {
     pub fn read_direct(&self, addr: u64, buf: &mut [u8]) -> bool {
         if buf.is_empty() {
             return true;
+        }
+        // A range that wraps past 2^64 is never readable (and the kernel must not be asked about one).
+        if addr.checked_add(buf.len() as u64).is_none() {
+            return false;
         }
         if let Some((r, w)) = self.pipe {
             return self.read_pipe(r, w, addr, buf);
@@ -93,11 +107,12 @@ impl<'a> ProcessVmReader<'a> {
 
 impl MemoryReader for ProcessVmReader<'_> {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
-        let len = buf.len() as u64;
-        let block = BLOCK as u64;
-        let base = addr & !(block - 1);
-        let Some(end) = addr.checked_add(len) else { return false };
-        if self.cache.len() < BLOCK || end > base + block {
+        const MASK: u64 = !(BLOCK as u64 - 1);
+        let base = addr & MASK;
+        let Some(end) = addr.checked_add(buf.len() as u64) else { return false };
+        // `base + BLOCK` overflows for the last block below 2^64: such a block is never cached (read directly).
+        let block_end = base.checked_add(BLOCK as u64);
+        if self.cache.len() < BLOCK || block_end.is_none_or(|b| end > b) {
             return self.read_direct(addr, buf);
         }
         if base == self.bad_base {
@@ -119,8 +134,9 @@ impl MemoryReader for ProcessVmReader<'_> {
             self.base = base;
             self.valid = true;
         }
-        let off = (addr - base) as usize;
-        match self.cache.get(off..off + buf.len()) {
+        // `addr >= base` and `end <= base + BLOCK`, so both offsets are below BLOCK; still computed checked.
+        let (Some(off), Some(off_end)) = (addr.checked_sub(base), end.checked_sub(base)) else { return false };
+        match self.cache.get(off as usize..off_end as usize) {
             Some(src) => {
                 buf.copy_from_slice(src);
                 true
@@ -131,8 +147,42 @@ impl MemoryReader for ProcessVmReader<'_> {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    /// Garbage stack pointers near the top of the address space (a corrupted `sp`, a walk that ran off the
+    /// end) must be refused, never overflow an address computation (which panics in debug builds).
+    #[test]
+    fn reads_near_the_top_of_the_address_space_without_panicking() {
+        let mut cache = vec![0u8; BLOCK];
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        for pipe in [None, Some(pipe())] {
+            let mut r = ProcessVmReader::new(pid, &mut cache).with_pipe(pipe);
+            // The top of the 48-bit user address space (x86-64 and arm64 with 4-level tables), and u64::MAX.
+            let user_top = 1u64 << 47;
+            for addr in [
+                u64::MAX,
+                u64::MAX - 7,
+                u64::MAX - 8,
+                u64::MAX - 4095,
+                u64::MAX - 4096 - 7,
+                user_top - 8,
+                user_top - 4,
+                user_top,
+                (1u64 << 48) - 8,
+                1u64 << 63,
+            ] {
+                assert_eq!(r.read_u64(addr), None, "{addr:#x}");
+                let mut big = [0u8; 64];
+                assert!(!r.read(addr, &mut big), "{addr:#x}");
+                let mut huge = vec![0u8; 3 * BLOCK];
+                assert!(!r.read(addr, &mut huge), "{addr:#x}");
+                assert!(!r.read_direct(addr, &mut huge), "{addr:#x}");
+            }
+        }
+    }
 
     #[test]
     fn reads_own_memory_and_refuses_bad_addresses() {

@@ -448,14 +448,13 @@ extern "C" fn owner_main(arg: *mut c_void) {
         let mut mem = memory::ProcessVmReader::new(pid, page).with_pipe(st.mem_pipe);
         let mut bufs = WorkBuffers { scratch, frames, trust, repeats };
         let sink = FdSink::new(fd, write_buf);
-        let flushed =
-            match writer::write_report(sink, &h, table, st.images.current(), &mut mem, &WalkOptions::host(), &mut bufs)
-            {
-                Ok(mut s) => s.flush().is_ok(),
-                // The sink flushes what it has when dropped: intact sections still decode.
-                Err(_) => true,
-            };
-        let _ = writer::commit(st.dir_fd, fd, &names, flushed);
+        // On an error the sink flushes what it has when dropped; `commit` keeps the file only if its head is durable.
+        if let Ok(mut s) =
+            writer::write_report(sink, &h, table, st.images.current(), &mut mem, &WalkOptions::host(), &mut bufs)
+        {
+            let _ = s.flush();
+        }
+        let _ = writer::commit(st.dir_fd, fd, &names);
         rec.temp = None;
     }
     hooks::call(CrashEvent::BeforeReraise, rec.tid);
@@ -481,11 +480,10 @@ extern "C" fn minimal_main(arg: *mut c_void) {
         // SAFETY: owner-only buffers.
         let (write_buf, scratch) = unsafe { (st.write_buf.get(), st.scratch.get()) };
         let sink = FdSink::new(fd, write_buf);
-        let flushed = match writer::write_minimal_report(sink, &h, rec.tid, &rec.regs, st.images.current(), scratch) {
-            Ok(mut s) => s.flush().is_ok(),
-            Err(_) => true,
-        };
-        let _ = writer::commit(st.dir_fd, fd, &names, flushed);
+        if let Ok(mut s) = writer::write_minimal_report(sink, &h, rec.tid, &rec.regs, st.images.current(), scratch) {
+            let _ = s.flush();
+        }
+        let _ = writer::commit(st.dir_fd, fd, &names);
     }
     hooks::call(CrashEvent::BeforeReraise, rec.tid);
     restore_previous(st);

@@ -42,11 +42,11 @@ pub fn parse_dirents(buf: &[u8], f: &mut dyn FnMut(u64)) {
 /// Calls `f` with the id of every thread of the calling process. `buf` receives the raw directory entries (16
 /// KiB reads 500+ entries per call). Returns `Err(errno)` when `/proc/self/task` cannot be read.
 pub fn for_each_thread(buf: &mut [u8], f: &mut dyn FnMut(u64)) -> Result<(), i32> {
-    // SAFETY: the path is a NUL-terminated literal.
-    let fd = unsafe { libc::open(c"/proc/self/task".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(crate::crash::writer::errno());
-    }
+    // Out of descriptors (EMFILE), a spare reserved at install is freed and the open retried.
+    let fd = crate::crash::writer::open_with_spares(|| {
+        // SAFETY: the path is a NUL-terminated literal.
+        unsafe { libc::open(c"/proc/self/task".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) }
+    })?;
     // Bounded: a directory of at most a few thousand entries ends in a few calls; the cap guards a broken procfs.
     for _ in 0..4096 {
         // SAFETY: `buf` is valid for writes of its length; `fd` is the directory we opened.

@@ -1,0 +1,317 @@
+//! Every new thread gets an alternate signal stack and its stack bounds recorded: a `pthread_create` wrapper.
+//!
+//! Runs at install and at thread start/exit, never after a fault (it allocates and calls `dlsym`).
+//!
+//! **Why.** A stack overflow faults on the guard page with no stack left to run a handler on; the kernel can
+//! deliver SIGSEGV only on an alternate signal stack (`sigaltstack(2)`), which is per thread and *not* inherited
+//! by new threads (`clone(2)` with `CLONE_VM` clears it). Rust `std` threads get a small one from std; threads made
+//! with plain `pthread_create` (C and C++ code, every thread of a host that loads us as a library) have none, so
+//! their overflow killed the process without a report.
+//!
+//! **How** (the way Crashpad's `client/pthread_create_linux.cc` does it on Android): this module defines the
+//! symbol `pthread_create`. In an executable (or a library loaded before libc) that definition interposes libc's
+//! for every caller in the process, Rust std's `thread::spawn` included. The wrapper calls the real
+//! `pthread_create` (found once with `dlsym(RTLD_NEXT, "pthread_create")`, at install or at the first call) with a
+//! trampoline that, on the new thread, before the start routine runs:
+//! 1. unless the thread already has an alternate stack (`sigaltstack(NULL, &old)` not `SS_DISABLE`), maps one of
+//!    `Config::alt_stack_size` bytes (`mmap`, `MAP_NORESERVE`, plus a `PROT_NONE` guard page below) and installs it;
+//! 2. records the thread's stack `[lo, hi)` from `pthread_getattr_np` in [`crate::crash::stack_bounds`], which the
+//!    crash path reads lock-free to bound each stack walk;
+//! 3. sets a pthread key whose destructor, at thread exit, removes the bounds and frees the alternate stack (after
+//!    disabling it, if it is still the thread's current one; never while the thread runs on it).
+//!
+//! **Interaction with code that sets its own alternate stack.** A thread that already has one when the trampoline
+//! runs keeps it (we add none). A start routine that installs its own later replaces ours: the kernel then uses
+//! theirs, ours stays mapped (unused) until the thread exits, and the destructor frees ours without touching
+//! theirs. Rust std's thread start finds ours and does not map its own (std only adds one when none is set).
+//! Whoever's stack is current, our handler switches to its own crash stack at once, so any size std or the app
+//! chose is enough.
+//!
+//! **Not covered.** Threads started before `install` (including the process's existing std threads: they keep
+//! std's stack; their bounds are not recorded); threads created by glibc internally (`timer_create` with
+//! `SIGEV_THREAD`, POSIX AIO), which call glibc's internal entry point, not the `pthread_create` symbol; threads made
+//! with raw `clone`; a library of ours that is `dlopen`ed (`RTLD_LOCAL` or not) after libc: its definition does not
+//! interpose earlier lookups, so only threads the library itself creates are wrapped; statically linked programs
+//! (`crt-static`, musl): the wrapper is not built there (`dlsym(RTLD_NEXT)` has no next object); a stack overflow in
+//! a TLS or pthread-key destructor that runs after ours at thread exit. After `uninstall`, new threads get no
+//! alternate stack; the ones that have ours keep it until they exit.
+#![allow(unsafe_code)]
+
+use crate::crash::stack_bounds;
+use crate::install::InstallError;
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+
+/// Signature of `pthread_create` (POSIX; glibc `<pthread.h>`), as the `libc` crate declares it.
+type PthreadCreate = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    extern "C" fn(*mut c_void) -> *mut c_void,
+    *mut c_void,
+) -> c_int;
+
+/// The real `pthread_create` (0: not resolved yet).
+static REAL: AtomicUsize = AtomicUsize::new(0);
+/// Size in bytes of the alternate stack each new thread gets; 0 while not installed (new threads are passed
+/// through untouched).
+static ALT_STACK_SIZE: AtomicUsize = AtomicUsize::new(0);
+/// The pthread key whose destructor frees a thread's extras; valid once `KEY_READY` is set.
+static KEY: AtomicU32 = AtomicU32::new(0);
+static KEY_READY: AtomicBool = AtomicBool::new(false);
+
+/// What the trampoline hands the new thread.
+struct Start {
+    routine: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+}
+
+/// What a wrapped thread owns until it exits (the pthread key's value).
+struct Extras {
+    /// Start of our alternate-stack mapping (its guard page) and its length in bytes; `len == 0`: none mapped.
+    map: usize,
+    len: usize,
+    /// `ss_sp` we installed.
+    ss_sp: usize,
+    tid: u64,
+}
+
+/// The real `pthread_create`, resolved once with `dlsym(RTLD_NEXT, ...)` (install calls this first, so threads
+/// created later never resolve it themselves; `dlsym` takes the loader lock, which is fine outside a handler).
+fn real() -> Option<PthreadCreate> {
+    let mut p = REAL.load(Ordering::Acquire);
+    if p == 0 {
+        // SAFETY: `dlsym` with RTLD_NEXT and a NUL-terminated name; the result is checked.
+        p = unsafe { libc::dlsym(libc::RTLD_NEXT, c"pthread_create".as_ptr()) } as usize;
+        // Never ourselves (that would recurse forever), e.g. if the lookup order put this definition next.
+        if p == 0 || p == pthread_create as *const () as usize {
+            return None;
+        }
+        REAL.store(p, Ordering::Release);
+    }
+    // SAFETY: `p` is the address of libc's `pthread_create` (or the next interposer's), which has this signature.
+    Some(unsafe { core::mem::transmute::<usize, PthreadCreate>(p) })
+}
+
+/// Whether this build interposes `pthread_create` (dynamically linked glibc only; see the module docs).
+pub const WRAPPED: bool = cfg!(all(target_env = "gnu", not(target_feature = "crt-static")));
+
+/// Install time: records the calling thread's stack bounds; where [`WRAPPED`], resolves the real `pthread_create`,
+/// creates the pthread key, and from now on gives every new thread an alternate stack of `alt_stack_size` bytes.
+///
+/// # Errors
+/// [`InstallError::Os`] when the real `pthread_create` cannot be found or the key cannot be created.
+pub fn enable(alt_stack_size: usize) -> Result<(), InstallError> {
+    record_own_bounds();
+    if !WRAPPED {
+        return Ok(());
+    }
+    if real().is_none() {
+        return Err(InstallError::Os { what: "dlsym(RTLD_NEXT, \"pthread_create\")", errno: libc::ENOENT });
+    }
+    if !KEY_READY.load(Ordering::Acquire) {
+        let mut key: libc::pthread_key_t = 0;
+        // SAFETY: valid out-pointer; the destructor has the required signature.
+        let r = unsafe { libc::pthread_key_create(&mut key, Some(thread_exit)) };
+        if r != 0 {
+            return Err(InstallError::Os { what: "pthread_key_create", errno: r });
+        }
+        KEY.store(key, Ordering::Release);
+        KEY_READY.store(true, Ordering::Release);
+    }
+    ALT_STACK_SIZE.store(alt_stack_size, Ordering::Release);
+    Ok(())
+}
+
+/// Uninstall time: new threads are no longer given an alternate stack. Threads that have one keep it until they
+/// exit; recorded bounds stay until then.
+pub fn disable() {
+    ALT_STACK_SIZE.store(0, Ordering::Release);
+}
+
+/// Records the calling thread's stack `[lo, hi)` from `pthread_getattr_np` (for the main thread glibc derives it
+/// from `/proc/self/maps` and `RLIMIT_STACK`: the most the stack may grow to). Returns whether it was recorded.
+fn record_own_bounds() -> bool {
+    let tid = crate::platform::linux::crash::sys::gettid();
+    // SAFETY: the attribute object is filled by pthread_getattr_np and destroyed after use; valid out-pointers.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return false;
+        }
+        let mut addr: *mut c_void = core::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        let lo = addr as u64;
+        ok && lo.checked_add(size as u64).is_some_and(|hi| stack_bounds::record(tid, lo, hi))
+    }
+}
+
+/// Maps `size` bytes (rounded up to pages) plus a guard page below; returns `(mapping, mapping_len, ss_sp)`.
+fn map_alt_stack(size: usize) -> Option<(usize, usize, usize)> {
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok().filter(|p| *p > 0)?;
+    let usable = size.checked_next_multiple_of(page)?;
+    let len = usable.checked_add(page)?;
+    // SAFETY: anonymous private mapping with no address hint; the result is checked.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: the first page of our own fresh mapping becomes the guard page.
+    unsafe { libc::mprotect(p, page, libc::PROT_NONE) };
+    Some((p as usize, len, (p as usize).checked_add(page)?))
+}
+
+/// On the new thread, before its start routine: alternate stack, bounds, exit destructor (see the module docs).
+fn thread_start() {
+    let size = ALT_STACK_SIZE.load(Ordering::Acquire);
+    if size == 0 || !KEY_READY.load(Ordering::Acquire) {
+        return;
+    }
+    let tid = crate::platform::linux::crash::sys::gettid();
+    let mut extras = Extras { map: 0, len: 0, ss_sp: 0, tid };
+    // SAFETY: querying the current alternate stack into a zeroed out-struct.
+    let mut cur: libc::stack_t = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    let queried = unsafe { libc::sigaltstack(core::ptr::null(), &mut cur) } == 0;
+    if queried && cur.ss_flags & libc::SS_DISABLE != 0 {
+        if let Some((map, len, ss_sp)) = map_alt_stack(size) {
+            let new = libc::stack_t { ss_sp: ss_sp as *mut c_void, ss_flags: 0, ss_size: len - (ss_sp - map) };
+            // SAFETY: `new` describes our fresh mapping above its guard page.
+            if unsafe { libc::sigaltstack(&new, core::ptr::null_mut()) } == 0 {
+                extras = Extras { map, len, ss_sp, tid };
+            } else {
+                // SAFETY: unmapping our own mapping, never installed.
+                unsafe { libc::munmap(map as *mut c_void, len) };
+            }
+        }
+    }
+    record_own_bounds();
+    let extras = Box::into_raw(Box::new(extras));
+    // SAFETY: the key was created by `enable`; the value is freed by `thread_exit` (or leaked if setting failed).
+    if unsafe { libc::pthread_setspecific(KEY.load(Ordering::Acquire), extras.cast()) } != 0 {
+        // SAFETY: not handed to the key: ours to release now. The thread keeps its stack until exit (leaked).
+        drop(unsafe { Box::from_raw(extras) });
+    }
+}
+
+/// The pthread key destructor: at thread exit, forget the bounds and free our alternate stack.
+extern "C" fn thread_exit(p: *mut c_void) {
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: the key's value is always a `Box<Extras>` leaked by `thread_start` on this thread.
+    let extras = unsafe { Box::from_raw(p.cast::<Extras>()) };
+    stack_bounds::remove(extras.tid);
+    if extras.len == 0 {
+        return;
+    }
+    // SAFETY: querying the current alternate stack into a zeroed out-struct.
+    let mut cur: libc::stack_t = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::sigaltstack(core::ptr::null(), &mut cur) } != 0 {
+        return; // cannot tell whether it is in use: leak it
+    }
+    if cur.ss_sp as usize == extras.ss_sp && cur.ss_flags & libc::SS_DISABLE == 0 {
+        if cur.ss_flags & libc::SS_ONSTACK != 0 {
+            return; // exiting from a handler running on it (pthread_exit in a handler): leak rather than fault
+        }
+        let off = libc::stack_t { ss_sp: core::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 };
+        // SAFETY: disabling the alternate stack of this thread, which is ours and not in use.
+        if unsafe { libc::sigaltstack(&off, core::ptr::null_mut()) } != 0 {
+            return;
+        }
+    }
+    // SAFETY: our mapping, no longer this thread's alternate stack (disabled above, or replaced by the app's own).
+    unsafe { libc::munmap(extras.map as *mut c_void, extras.len) };
+}
+
+extern "C" fn trampoline(p: *mut c_void) -> *mut c_void {
+    // SAFETY: `p` is the `Box<Start>` leaked by `pthread_create` below for this thread only.
+    let start = unsafe { Box::from_raw(p.cast::<Start>()) };
+    thread_start();
+    (start.routine)(start.arg)
+}
+
+/// Interposes libc's `pthread_create` (see the module docs): same contract, same results; the new thread runs
+/// `start_routine(arg)` after getting an alternate signal stack and having its stack bounds recorded (only while
+/// the handler is installed; otherwise it is passed through untouched). Returns `EAGAIN` if the real
+/// `pthread_create` cannot be found (never on a dynamically linked glibc).
+///
+/// # Safety
+/// Same contract as `pthread_create(3)`.
+#[cfg(all(target_env = "gnu", not(target_feature = "crt-static")))]
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start_routine: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+) -> c_int {
+    let Some(real) = real() else { return libc::EAGAIN };
+    if ALT_STACK_SIZE.load(Ordering::Acquire) == 0 {
+        // SAFETY: the caller's arguments, forwarded unchanged to the real function.
+        return unsafe { real(thread, attr, start_routine, arg) };
+    }
+    let start = Box::into_raw(Box::new(Start { routine: start_routine, arg }));
+    // SAFETY: the caller's arguments; the trampoline takes ownership of `start` on the new thread.
+    let r = unsafe { real(thread, attr, trampoline, start.cast()) };
+    if r != 0 {
+        // SAFETY: no thread was created, so `start` is still ours.
+        drop(unsafe { Box::from_raw(start) });
+    }
+    r
+}
+
+/// Off glibc or in static builds there is no wrapper; `real()` still compiles against this stand-in address.
+#[cfg(not(all(target_env = "gnu", not(target_feature = "crt-static"))))]
+unsafe extern "C" fn pthread_create() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alt_stack() -> libc::stack_t {
+        // SAFETY: querying into a zeroed out-struct.
+        let mut cur: libc::stack_t = unsafe { core::mem::zeroed() };
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::sigaltstack(core::ptr::null(), &mut cur) }, 0);
+        cur
+    }
+
+    /// The wrapper is what `std::thread::spawn` reaches, and with it enabled a new thread has an alternate stack of
+    /// the configured size (plus nothing: the guard page is below `ss_sp`) and recorded bounds containing its own
+    /// locals; after the thread exits, its bounds are gone.
+    #[test]
+    #[cfg_attr(not(all(target_env = "gnu", not(target_feature = "crt-static"))), ignore = "no wrapper here")]
+    fn wrapped_threads_get_an_alternate_stack_and_bounds() {
+        assert!(real().is_some());
+        enable(192 * 1024).expect("enable");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = std::thread::spawn(move || {
+            let local = 0u8;
+            let here = core::ptr::addr_of!(local) as u64;
+            let tid = crate::platform::linux::crash::sys::gettid();
+            let st = alt_stack();
+            tx.send((st.ss_flags, st.ss_size, stack_bounds::stack_bounds(tid), here, tid)).expect("send");
+        });
+        let (flags, size, bounds, here, tid) = rx.recv().expect("recv");
+        h.join().expect("join");
+        assert_eq!(flags & libc::SS_DISABLE, 0, "the new thread has an alternate stack");
+        assert_eq!(size, 192 * 1024);
+        let (lo, hi) = bounds.expect("bounds recorded");
+        assert!(lo < here && here < hi, "{lo:#x} < {here:#x} < {hi:#x}");
+        // The key destructor ran at exit (join waits for it).
+        assert_eq!(stack_bounds::stack_bounds(tid), None);
+    }
+}
