@@ -1,9 +1,10 @@
 //! Image snapshot at install time: `dl_iterate_phdr` over the loaded ELF objects, with the GNU build id read from
 //! each object's `PT_NOTE` segments in memory.
 //!
-//! `dl_iterate_phdr` takes the dynamic loader's lock, so it is never called after a fault. Libraries `dlopen`ed
-//! after install are added by calling [`crate::refresh_images`] (for example right after a `dlopen`); until then,
-//! frames inside them are reported as raw addresses outside every image.
+//! `dl_iterate_phdr` takes the dynamic loader's lock, so it is never called after a fault. At the crash the owner
+//! reads the loader's link map instead (`crash/link_map.rs`), which also holds libraries `dlopen`ed after install;
+//! [`link_map_source`] records at install where that list is. The snapshot here is the crash path's fallback (and
+//! hint for headers not at `l_addr`); [`crate::refresh_images`] re-takes it.
 #![allow(unsafe_code)]
 
 use super::crash::elf::{self, Ehdr, Phdr, PhdrSummary, DT_DEBUG, DT_NULL, DYN_SIZE, EHDR_SIZE, PHDR_SIZE, PT_PHDR};
