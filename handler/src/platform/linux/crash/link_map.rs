@@ -980,6 +980,24 @@ mod tests {
     }
 
     #[test]
+    fn names_are_read_page_by_page() {
+        let mut m = Fake::default();
+        let mut buf = [0u8; PATH_BYTES];
+        // Across a page boundary.
+        m.map(0x1000 - 5, b"/lib/libacross.so\0".to_vec());
+        assert_eq!(read_c_str(&mut m, 0x1000 - 5, &mut buf), Some(&b"/lib/libacross.so"[..]));
+        // Ending just before an unmapped page: no read may touch that page.
+        m.map(0x3000 - 4, b"abc\0".to_vec());
+        assert_eq!(read_c_str(&mut m, 0x3000 - 4, &mut buf), Some(&b"abc"[..]));
+        // Running into it, or longer than the buffer.
+        m.map(0x5000 - 3, b"xyz".to_vec());
+        assert_eq!(read_c_str(&mut m, 0x5000 - 3, &mut buf), None);
+        m.map(0x10_0000, vec![b'q'; 3 * 4096]);
+        assert_eq!(read_c_str(&mut m, 0x10_0000, &mut buf[..100]), None);
+        assert_eq!(read_c_str(&mut m, u64::MAX - 1, &mut buf), None);
+    }
+
+    #[test]
     fn notes_join() {
         let mut buf = [0u8; 16];
         assert_eq!(join_notes(&mut buf, b"", b"b"), b"b");
