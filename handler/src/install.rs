@@ -245,8 +245,9 @@ pub fn uninstall() -> Result<(), InstallError> {
     }
 }
 
-/// Re-reads the list of loaded images (call it after `dlopen`); returns how many images the table now holds.
-/// Takes the loader lock (`dl_iterate_phdr`), so never call it from a signal handler.
+/// Re-reads the install-time list of loaded images; returns how many images the table now holds. Takes the loader
+/// lock (`dl_iterate_phdr`), so never call it from a signal handler. Optional on Linux: a crash reads the loader's
+/// link map, which already holds libraries `dlopen`ed later; the install-time list is its fallback.
 ///
 /// # Errors
 /// [`InstallError::NotInstalled`] when not installed.

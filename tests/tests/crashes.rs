@@ -85,7 +85,12 @@ fn decode(run: &Run) -> Report {
 
 fn check(e: &Expect) {
     let base = tempfile::tempdir().expect("tempdir");
-    let run = run(client(), e.trigger, base.path(), LIMIT);
+    check_in(e, base.path());
+}
+
+/// Runs `e` in `base` (the client's run directory is `base/<trigger>`), checks it, and returns its report.
+fn check_in(e: &Expect, base: &Path) -> Report {
+    let run = run(client(), e.trigger, base, LIMIT);
     let ctx = format!("trigger {}: stdout:\n{}\nstderr:\n{}", e.trigger, run.stdout, run.stderr);
     assert!(
         e.exit_signal.contains(&run.signal.unwrap_or(0)),
@@ -196,6 +201,7 @@ fn check(e: &Expect) {
             assert_eq!(n, 1, "`{w}` must appear in exactly one frame: {names:#?}\nraw frames: {:x?}", crashed.frames);
         }
     }
+    r
 }
 
 /// The full arm64 register set of the crashed thread: x0-x28, fp, lr, sp, pc, cpsr and the fault address register.
@@ -503,4 +509,68 @@ fn disk_full_after_the_head_commits_a_torn_report() {
     assert!(!d.is_intact() && !d.end_found, "torn on purpose");
     assert!(d.report.meta.is_some(), "{:?}", d.problems);
     assert_eq!(d.report.exception.as_ref().and_then(|e| e.signal), Some(SIGSEGV));
+}
+
+/// The C compiler for the test's shared library: `CRASH_TESTS_CC`, else the aarch64 cross compiler when the tests
+/// run under an emulator (scripts/test-arm64.sh), else `cc`.
+fn c_compiler() -> String {
+    std::env::var("CRASH_TESTS_CC").unwrap_or_else(|_| {
+        if cfg!(target_arch = "aarch64") && crash_tests::runner().is_some() {
+            "aarch64-linux-gnu-gcc".into()
+        } else {
+            "cc".into()
+        }
+    })
+}
+
+/// A library `dlopen`ed after install (the install snapshot cannot know it; `refresh_images` is never called)
+/// and a crash inside it: the report's image list holds the library, with the build id read from the file, and
+/// the crashing pc lies in its text range; the client's frames below it are found.
+#[test]
+fn crash_inside_a_library_dlopened_after_install() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let run_dir = base.path().join("dlopen");
+    std::fs::create_dir_all(&run_dir).expect("run dir");
+    let src = run_dir.join("crashme.c");
+    std::fs::write(
+        &src,
+        "__attribute__((noinline)) void crashme_inner(volatile int *p) { *p = 42; }\n\
+         void crashme_write(volatile int *p) { crashme_inner(p); }\n",
+    )
+    .expect("write C source");
+    let lib = run_dir.join("libcrashme.so");
+    let cc = c_compiler();
+    let out = std::process::Command::new(&cc)
+        .args(["-shared", "-fPIC", "-g", "-O0", "-fno-omit-frame-pointer", "-Wl,--build-id=sha1", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("run {cc}: {e}"));
+    assert!(out.status.success(), "{cc} failed: {}", String::from_utf8_lossy(&out.stderr));
+
+    let r = check_in(
+        &Expect {
+            trigger: "dlopen",
+            // Frames 0 and 1 are in the library; the client's frames follow.
+            frames: with_main(&["trigger_dlopen"]),
+            ..NULL_READ
+        },
+        base.path(),
+    );
+    let lib = std::fs::canonicalize(&lib).expect("library path");
+    let img = r
+        .images
+        .iter()
+        .find(|i| i.path.as_deref().map(Path::new) == Some(lib.as_path()))
+        .unwrap_or_else(|| panic!("{} missing from the image list: {:#?}", lib.display(), r.images));
+    let data = std::fs::read(&lib).expect("read library");
+    let file = object::read::File::parse(&*data).expect("parse library");
+    let file_id = object::Object::build_id(&file).expect("notes").map(<[u8]>::to_vec);
+    assert!(file_id.is_some(), "the library has a build id");
+    assert_eq!(crash_tests::id_bytes(img).map(<[u8]>::to_vec), file_id, "build id");
+    let crashed = r.crashed_thread().expect("crashed thread");
+    let pc = crashed.frames.first().copied().expect("frame 0");
+    assert!(pc >= img.load_address && pc - img.load_address < img.size, "pc {pc:#x} outside {img:#x?}");
+    let note = r.meta.as_ref().and_then(|m| m.note.clone()).unwrap_or_default();
+    assert!(!note.contains("link map"), "the link map was read: {note}");
 }

@@ -140,6 +140,27 @@ impl ImageList {
         false
     }
 
+    /// Most entries the list can hold (its preallocated storage).
+    pub fn capacity(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Entry `i` as a borrowed record (path and id point into this list), e.g. to copy it into another list.
+    pub fn record(&self, i: usize) -> Option<ImageRecord<'_>> {
+        let e = self.entry(i)?;
+        Some(ImageRecord {
+            path: self.path(i),
+            load_address: e.load_address,
+            size: e.size,
+            bias: e.bias,
+            id: self.build_id(i),
+            id_kind: e.id_kind,
+            arch: e.arch,
+            crash_info: (e.crash_info_addr, e.crash_info_size),
+            unwind: e.unwind,
+        })
+    }
+
     /// Number of images.
     pub fn len(&self) -> usize {
         self.count
@@ -291,6 +312,29 @@ mod tests {
         let img = l.image(0).expect("image");
         assert_eq!((img.id, img.id_kind, img.arch), (&uuid[..], report_format::encode::ID_KIND_UUID, &b"arm64e"[..]));
         assert_eq!(img.path, b"/usr/lib/dyld");
+    }
+
+    #[test]
+    fn records_copy_between_lists() {
+        let mut a = list(2, 64);
+        let unwind = UnwindSections { eh_frame_hdr: (0x1234, 0x40), ..UnwindSections::default() };
+        assert!(a.push_record(&ImageRecord {
+            path: b"/lib/libz.so.1",
+            load_address: 0x7000,
+            size: 0x300,
+            bias: 0x7000,
+            id: &[9, 8, 7],
+            id_kind: ID_KIND_BUILD_ID,
+            unwind,
+            ..ImageRecord::default()
+        }));
+        assert_eq!(a.capacity(), 2);
+        assert!(a.record(1).is_none());
+        let mut b = list(1, 64);
+        assert!(b.push_record(&a.record(0).expect("record")));
+        assert_eq!(b.entry(0).copied(), a.entry(0).map(|e| ImageEntry { path_off: 0, ..*e }));
+        assert_eq!((b.path(0), b.build_id(0)), (&b"/lib/libz.so.1"[..], &[9u8, 8, 7][..]));
+        assert_eq!(b.entry(0).expect("entry").unwind, unwind);
     }
 
     #[test]

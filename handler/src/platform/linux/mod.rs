@@ -162,6 +162,7 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
     let images = ImageTable::new(mk_list()?, mk_list()?);
     // SAFETY: the table is not shared yet; this is the only writer.
     unsafe { images.update(|l| images::snapshot(l, exe_path)) };
+    let crash_images = crash::link_map::CrashImages::new(images::link_map_source(), exe_path, mk_list()?);
     let (crash_base, crash_size) = map_stack(config.crash_stack_size)?;
     let (os_release, os_version, machine) = uname_text();
     // SAFETY: an all-zero sigaction is a valid placeholder (SIG_DFL, empty mask); install overwrites them.
@@ -173,6 +174,7 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
         release_timeout_ns: u64::from(config.release_timeout_ms) * 1_000_000,
         threads: ThreadTable::new(slots),
         images,
+        crash_images,
         scratch: RawBuf::new(leak_slice(SCRATCH_BYTES, 0u8)?),
         write_buf: RawBuf::new(leak_slice(WRITE_BUF_BYTES, 0u8)?),
         frames: RawBuf::new(leak_slice(config.max_frames, 0u64)?),

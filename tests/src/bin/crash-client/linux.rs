@@ -372,6 +372,26 @@ fn trigger_panic() {
     panic!("deliberate panic from the crash client");
 }
 
+/// Loads `<run dir>/libcrashme.so` (built by the test, after install) and calls its `crashme_write(NULL)`, which
+/// faults inside the library: frame 0 is in an image the install snapshot never saw.
+#[inline(never)]
+fn trigger_dlopen(dir: &std::path::Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let lib = dir.parent().expect("run dir").join("libcrashme.so");
+    let c = std::ffi::CString::new(lib.as_os_str().as_bytes()).expect("path");
+    // SAFETY: a NUL-terminated path; the handle stays open until the process dies.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW) };
+    assert!(!h.is_null(), "dlopen {}", lib.display());
+    // SAFETY: a NUL-terminated symbol name in a valid handle.
+    let f = unsafe { libc::dlsym(h, c"crashme_write".as_ptr()) };
+    assert!(!f.is_null(), "crashme_write");
+    // SAFETY: the test's C source defines `void crashme_write(volatile int *)`.
+    let f: extern "C" fn(*mut i32) = unsafe { std::mem::transmute::<*mut libc::c_void, extern "C" fn(*mut i32)>(f) };
+    say(&format!("FAULT_TID {}", gettid()));
+    say("FAULT_ADDR 0");
+    f(black_box(std::ptr::null_mut()));
+}
+
 #[inline(never)]
 fn recurse(depth: u64) -> u64 {
     let pad = black_box([depth; 32]);
@@ -454,6 +474,7 @@ fn run_trigger(trigger: &str, dir: &std::path::Path) {
         #[cfg(target_arch = "aarch64")]
         "leaf" => trigger_leaf(),
         "abort" => trigger_abort(),
+        "dlopen" => trigger_dlopen(dir),
         "panic" => trigger_panic(),
         "stack_overflow_main" => trigger_stack_overflow(),
         "stack_overflow_thread" => {

@@ -14,6 +14,8 @@
 #![allow(unsafe_code)]
 
 pub mod context;
+pub mod elf;
+pub mod link_map;
 pub mod memory;
 pub mod stack_switch;
 pub mod sys;
@@ -90,6 +92,8 @@ pub struct State {
     pub threads: ThreadTable,
     /// The image table.
     pub images: ImageTable,
+    /// The crash-time image list, read from the loader's link map by the owner.
+    pub crash_images: link_map::CrashImages,
     /// Section scratch buffer.
     pub scratch: RawBuf<u8>,
     /// Write buffer of the file sink.
@@ -440,18 +444,20 @@ extern "C" fn owner_main(arg: *mut c_void) {
     let names = ReportNames::new(&id);
     if let Ok(fd) = writer::create_temp(st.dir_fd, &names) {
         rec.temp = Some(names);
-        let h = head(st, rec, id, pid, note);
         // SAFETY: owner-only buffers, distinct allocations.
         let (write_buf, scratch, frames, trust, repeats, page) = unsafe {
             (st.write_buf.get(), st.scratch.get(), st.frames.get(), st.trust.get(), st.repeats.get(), st.page.get())
         };
         let mut mem = memory::ProcessVmReader::new(pid, page).with_pipe(st.mem_pipe);
+        // Every image mapped now, from the loader's link map (the install snapshot if it cannot be read).
+        // SAFETY: the owner is the only user of the crash-time list.
+        let (images, image_note) = unsafe { st.crash_images.collect(&mut mem, st.images.current()) };
+        let mut note_buf = [0u8; 512];
+        let h = head(st, rec, id, pid, link_map::join_notes(&mut note_buf, note, image_note));
         let mut bufs = WorkBuffers { scratch, frames, trust, repeats };
         let sink = FdSink::new(fd, write_buf);
         // On an error the sink flushes what it has when dropped; `commit` keeps the file only if its head is durable.
-        if let Ok(mut s) =
-            writer::write_report(sink, &h, table, st.images.current(), &mut mem, &WalkOptions::host(), &mut bufs)
-        {
+        if let Ok(mut s) = writer::write_report(sink, &h, table, images, &mut mem, &WalkOptions::host(), &mut bufs) {
             let _ = s.flush();
         }
         let _ = writer::commit(st.dir_fd, fd, &names);
