@@ -4,7 +4,7 @@
 //!
 //! `Serialize` gives the JSON of `viewer --format json` (snake_case keys; absent values are `null`).
 
-use report_format::model::ImageId;
+use report_format::model::{FrameTrust, ImageId};
 use serde::Serialize;
 
 /// Which Apple layout to follow.
@@ -164,8 +164,19 @@ pub struct FrameLog {
     pub symbol: Option<SymbolInfo>,
     /// True for a line describing a function inlined at this address (printed before its caller).
     pub inlined: bool,
-    /// Position of the frame in the captured stack (0 = the PC). Symbol lookup uses `address - 1` when it is not 0.
+    /// Position of the frame in the captured stack (0 = the PC). Symbol lookup uses `address - 1` when it is not 0,
+    /// unless `trust` says the address is an exact pc.
     pub stack_index: usize,
+    /// How the handler found the frame (our reports, format 1.1 and later); `None` when the source does not say.
+    pub trust: Option<FrameTrust>,
+}
+
+impl FrameLog {
+    /// Whether symbol lookup uses `address - 1` (a return address: the call instruction is before it) rather than
+    /// the address itself (frame 0, or a pc restored from a signal frame).
+    pub fn is_return_address(&self) -> bool {
+        self.stack_index > 0 && !self.trust.is_some_and(FrameTrust::is_exact_pc)
+    }
 }
 
 /// A resolved symbol for a frame.

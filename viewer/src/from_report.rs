@@ -93,6 +93,7 @@ pub fn to_crash_log(report: &Report, problems: Vec<String>) -> CrashLog {
                 symbol: None,
                 inlined: false,
                 stack_index: i,
+                trust: t.frame_trust.get(i).copied(),
             })
             .collect();
         let mut notes = Vec::new();

@@ -407,6 +407,7 @@ fn frames(list: &[Value], images: &[ImageLog]) -> Vec<FrameLog> {
                 symbol,
                 inlined: truthy(f, "inline"),
                 stack_index: i,
+                trust: None,
             }
         })
         .collect()

@@ -52,7 +52,7 @@ pub fn symbolicate(log: &mut CrashLog, store: &mut SymbolStore) {
                 (true, Some(i)) => files.get(i).and_then(|x| x.as_ref()).map(|file| {
                     let im = &log.images[i];
                     let svma = to_svma(f.address, im.base, im.slide, file);
-                    let probe = if f.stack_index > 0 { svma.wrapping_sub(1) } else { svma };
+                    let probe = if f.is_return_address() { svma.wrapping_sub(1) } else { svma };
                     file.lookup(svma, probe)
                 }),
                 _ => None,
