@@ -711,6 +711,8 @@ mod tests {
         assert_eq!(c.failures.len(), 1, "{:?}", c.failures);
     }
 
+    // x86_64 only: the oracle runs there (arm64 runs under qemu-user, whose /proc/self/maps is emulated).
+    #[cfg(target_arch = "x86_64")]
     /// A real system call instruction: one in this process's libc, with a made-up load address.
     fn libc_syscall() -> (Image, u64) {
         use object::{Object, ObjectSegment};
@@ -737,6 +739,8 @@ mod tests {
         (image, base + link)
     }
 
+    // x86_64 only: the oracle runs there (arm64 runs under qemu-user, whose /proc/self/maps is emulated).
+    #[cfg(target_arch = "x86_64")]
     fn is_executable(s: &object::read::Segment<'_, '_>) -> bool {
         use object::ObjectSegment;
         match s.flags() {
@@ -745,6 +749,8 @@ mod tests {
         }
     }
 
+    // x86_64 only: the oracle runs there (arm64 runs under qemu-user, whose /proc/self/maps is emulated).
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn a_pc_one_syscall_instruction_before_gdbs_is_accepted_for_a_parked_thread() {
         let (image, pc) = libc_syscall();
