@@ -2,6 +2,9 @@
 //! crashed thread's frames against the client binary's own debug info (`addr2line`), with the build id read from
 //! the file itself (`object`).
 
+#[cfg(target_os = "linux")]
+pub mod oracle;
+
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use report_format::model::{Image, ImageId, Report, Thread};
 use std::borrow::Cow;

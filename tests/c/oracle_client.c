@@ -1,0 +1,262 @@
+/* Crash client in C for the frame oracle (tests/tests/oracle.rs): enables crash reporting through the reporter's
+ * C ABI (reporter/include/crash_reporter.h, linked from libreporter.a), starts three helper threads that block in
+ * different libc calls, then crashes with one scenario per process.
+ *
+ * Usage: oracle-client <scenario> <report-dir>
+ * Scenarios:
+ *   leaf      NULL write in the frameless leaf `leaf()`, called by `middle()`, called by `top()`, called by main.
+ *   memcpy    memcpy from a bad source pointer, called by `copy_in()`, called by `do_copy()`, called by main.
+ *   abort     abort() in `fail_hard()`, called by `do_abort()`, called by main.
+ *   assert    a failing assert() in `check_value()`, called by `do_assert()`, called by main.
+ *   thread    NULL write in `crash_on_thread()` <- `worker_step()` <- `worker_main()` on a pthread_create thread,
+ *             while main waits in pthread_join.
+ *
+ * Built by the test with `cc -O2 -g`, once with -fno-omit-frame-pointer and once with -fomit-frame-pointer. Every
+ * function the test expects in a backtrace is `noinline, noclone` and does some work after its call, so the call
+ * is neither inlined nor turned into a tail jump. `leaf()` is frameless in both builds (GCC 12 already leaves a
+ * leaf without a frame at -O2; the `optimize` attribute below says so explicitly, and the test checks the
+ * machine code), the case a frame-pointer walker cannot see through.
+ *
+ * Before crashing it prints `THREAD <role> <tid>` for every helper thread and `FAULT_TID <tid>` for the thread
+ * that will crash, each line flushed. Every thread but the crashing one is blocked in its system call (checked
+ * through /proc/self/task/<tid>/syscall) before the crash, so no thread moves between the debugger's stop at the
+ * fatal signal and our handler's stop, and the two views must agree. */
+#define _GNU_SOURCE
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "crash_reporter.h"
+
+#define NOINLINE __attribute__((noinline, noclone))
+#if defined(__clang__)
+#define FRAMELESS
+#else
+#define FRAMELESS __attribute__((optimize("omit-frame-pointer")))
+#endif
+
+/* Work after a call, so the call is not a tail call. */
+volatile int sink;
+/* Read through volatile pointers, so the compiler cannot prove them NULL or bad and fold the fault away. */
+int *volatile null_ptr;
+const char *volatile bad_src = (const char *)16;
+volatile size_t copy_len = 64;
+volatile int assert_value = 41;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int go; /* never set: the condition waiter waits forever */
+static int pipe_fds[2];
+
+static long tid(void) { return syscall(SYS_gettid); }
+
+static void say(const char *what, long id) {
+  printf("%s %ld\n", what, id);
+  fflush(stdout);
+}
+
+/* ---- helper threads, each two app frames deep, then blocked in libc ---- */
+
+NOINLINE void wait_on_cond(void) {
+  pthread_mutex_lock(&mu);
+  while (!go) pthread_cond_wait(&cv, &mu);
+  pthread_mutex_unlock(&mu);
+  sink++;
+}
+
+NOINLINE void *cond_thread(void *arg) {
+  (void)arg;
+  wait_on_cond();
+  sink++;
+  return NULL;
+}
+
+NOINLINE void sleep_long(void) {
+  struct timespec ts = {100000, 0};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+  sink++;
+}
+
+NOINLINE void *sleep_thread(void *arg) {
+  (void)arg;
+  sleep_long();
+  sink++;
+  return NULL;
+}
+
+NOINLINE void read_pipe(void) {
+  char c;
+  while (read(pipe_fds[0], &c, 1) < 0 && errno == EINTR) {
+  }
+  sink++;
+}
+
+NOINLINE void *pipe_thread(void *arg) {
+  (void)arg;
+  read_pipe();
+  sink++;
+  return NULL;
+}
+
+/* Waits until thread `t` is blocked in system call `nr` (first field of /proc/self/task/<t>/syscall). */
+static void wait_blocked(long t, long nr) {
+  char path[64], buf[128];
+  snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", t);
+  for (int i = 0; i < 10000; i++) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ssize_t n = read(fd, buf, sizeof buf - 1);
+      close(fd);
+      if (n > 0) {
+        buf[n] = 0;
+        if (strtol(buf, NULL, 10) == nr && strncmp(buf, "running", 7) != 0) return;
+      }
+    }
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  fprintf(stderr, "thread %ld never blocked in syscall %ld\n", t, nr);
+  exit(5);
+}
+
+static volatile long helper_tids[3];
+
+static void *start_helper(void *arg) {
+  long i = (long)arg;
+  helper_tids[i] = tid();
+  if (i == 0) return cond_thread(NULL);
+  if (i == 1) return sleep_thread(NULL);
+  return pipe_thread(NULL);
+}
+
+static void start_helpers(void) {
+  static const char *roles[3] = {"THREAD cond", "THREAD sleep", "THREAD pipe"};
+  static const long syscalls[3] = {SYS_futex, SYS_clock_nanosleep, SYS_read};
+  if (pipe(pipe_fds) != 0) exit(5);
+  for (long i = 0; i < 3; i++) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, start_helper, (void *)i) != 0) exit(5);
+  }
+  for (int i = 0; i < 3; i++) {
+    while (helper_tids[i] == 0) {
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
+    wait_blocked(helper_tids[i], syscalls[i]);
+    say(roles[i], helper_tids[i]);
+  }
+}
+
+/* ---- scenarios ---- */
+
+FRAMELESS NOINLINE int leaf(int *p) {
+  *p = 42;
+  return p[1];
+}
+
+NOINLINE int middle(int *p) {
+  int r = leaf(p);
+  sink += r;
+  return r + 1;
+}
+
+NOINLINE int top(int *p) {
+  int r = middle(p);
+  sink += r;
+  return r + 2;
+}
+
+NOINLINE void copy_in(char *dst) {
+  memcpy(dst, bad_src, copy_len);
+  sink += dst[0];
+}
+
+NOINLINE void do_copy(void) {
+  char buf[256];
+  copy_in(buf);
+  sink += buf[1];
+}
+
+NOINLINE void fail_hard(void) {
+  abort();
+}
+
+NOINLINE void do_abort(void) {
+  fail_hard();
+  sink++;
+}
+
+NOINLINE void check_value(int v) {
+  assert(v == 42);
+  sink += v;
+}
+
+NOINLINE void do_assert(void) {
+  check_value(assert_value);
+  sink++;
+}
+
+NOINLINE void crash_on_thread(void) {
+  say("FAULT_TID", tid());
+  *null_ptr = 7;
+  sink++;
+}
+
+NOINLINE void worker_step(void) {
+  crash_on_thread();
+  sink++;
+}
+
+static long main_tid;
+
+NOINLINE void *worker_main(void *arg) {
+  (void)arg;
+  /* Crash only once main is blocked in pthread_join, so no thread moves between the debugger's stop and ours. */
+  wait_blocked(main_tid, SYS_futex);
+  worker_step();
+  sink++;
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: oracle-client <scenario> <report-dir>\n");
+    return 2;
+  }
+  const char *scenario = argv[1];
+  enum CrashReporterStatus s = crash_reporter_enable(argv[2], NULL, "oracle-client", "1.0", "1");
+  if (s != CRASH_REPORTER_STATUS_OK) {
+    fprintf(stderr, "crash_reporter_enable failed: %d\n", (int)s);
+    return 3;
+  }
+  start_helpers();
+  main_tid = tid();
+  say("MAIN_TID", main_tid);
+  if (strcmp(scenario, "thread") != 0) say("FAULT_TID", tid());
+  if (strcmp(scenario, "leaf") == 0) {
+    sink += top(null_ptr);
+  } else if (strcmp(scenario, "memcpy") == 0) {
+    do_copy();
+  } else if (strcmp(scenario, "abort") == 0) {
+    do_abort();
+  } else if (strcmp(scenario, "assert") == 0) {
+    do_assert();
+  } else if (strcmp(scenario, "thread") == 0) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, worker_main, NULL) != 0) return 5;
+    pthread_join(t, NULL);
+  } else {
+    fprintf(stderr, "unknown scenario %s\n", scenario);
+    return 2;
+  }
+  say("NO_CRASH", 0);
+  return 4;
+}
