@@ -7,11 +7,13 @@
 //! - [`writer`]: the raw-fd sink, atomic commit, and the report's section sequence (walk each thread into one
 //!   reusable frame buffer, encode it at once).
 //! - [`raw_buf`]: preallocated buffers the crash owner borrows without a lock.
+//! - [`first_chance`]: the first-chance hook for runtimes that recover from faults.
 //! - [`hooks`]: test hooks (allocation counting, a deliberate fault inside the handler).
 //!
 //! The OS-specific crash-path code (signal handlers, stopping threads, reading memory) is in `platform/<os>/crash/`;
 //! the Apple backend drives these same pieces from its Mach exception server.
 
+pub mod first_chance;
 pub mod hooks;
 pub mod images;
 pub mod raw_buf;
