@@ -1,7 +1,8 @@
 //! Crash capture: signal handlers (Linux, and the fallback on Apple platforms) and the Mach exception server
 //! (Apple platforms).
 //!
-//! Public API: [`install`] / [`uninstall`] / [`refresh_images`] with a [`Config`]; [`test_hooks`] for the
+//! Public API: [`install`] / [`uninstall`] / [`refresh_images`] with a [`Config`]; [`set_first_chance_handler`]
+//! for runtimes that recover from faults on purpose; [`test_hooks`] for the
 //! crash-test client. Module map:
 //!
 //! - [`config`], [`install`] (install time: may allocate and lock);
@@ -24,6 +25,7 @@ pub mod unwind;
 pub mod user_values;
 
 pub use config::Config;
+pub use crash::first_chance::{set_first_chance_handler, FirstChanceHandler};
 pub use install::{install, is_installed, refresh_images, uninstall, InstallError};
 
 /// Hooks for the crash-test client (allocation counting, a deliberate fault inside the handler). Not for

@@ -47,9 +47,15 @@ impl Run {
         self.stdout.lines().filter_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(' '))).collect()
     }
 
-    /// A counter the client's crash hook wrote.
+    /// A counter the client's crash hook wrote (the last value written: the hook writes its counters again at
+    /// every crash it sees, so after a survived fault and a real crash the second set wins).
     pub fn count(&self, key: &str) -> Option<u64> {
-        self.counts.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+        self.counts.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    /// Every value the hook wrote under `key`, in order.
+    pub fn counts_of(&self, key: &str) -> Vec<u64> {
+        self.counts.iter().filter(|(k, _)| k == key).map(|(_, v)| *v).collect()
     }
 }
 

@@ -279,11 +279,9 @@ fn c_case(scenario: &str, fp: Fp) {
         "assert" => (SIGABRT, "SIGABRT", &["check_value", "do_assert", "main"]),
         // Threads created after install start in the handler's `pthread_create` wrapper
         // (handler::platform::linux::threads), which gives them an alternate signal stack.
-        "thread" => (
-            SIGSEGV,
-            "SIGSEGV",
-            &["crash_on_thread", "worker_step", "worker_main", "trampoline", "start_thread"],
-        ),
+        "thread" => {
+            (SIGSEGV, "SIGSEGV", &["crash_on_thread", "worker_step", "worker_main", "trampoline", "start_thread"])
+        }
         other => panic!("unknown scenario {other}"),
     };
     let case = Case {

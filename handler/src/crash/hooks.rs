@@ -14,6 +14,9 @@ pub enum CrashEvent {
     Start = 1,
     /// The report is written (or failed); previous handlers are about to be restored and the signal re-raised.
     BeforeReraise = 2,
+    /// The threads listed at crash start were asked to stop and answered (or were given up on); the thread list
+    /// is about to be read once more for threads created meanwhile (Linux).
+    ThreadsStopped = 3,
 }
 
 /// A crash hook. It runs inside a signal handler: it must be async-signal-safe, must not allocate and must not

@@ -8,11 +8,13 @@
 //!   reusable frame buffer, encode it at once).
 //! - [`stack_bounds`]: each thread's stack extent, recorded at thread start, looked up lock-free at crash time.
 //! - [`raw_buf`]: preallocated buffers the crash owner borrows without a lock.
+//! - [`first_chance`]: the first-chance hook for runtimes that recover from faults.
 //! - [`hooks`]: test hooks (allocation counting, a deliberate fault inside the handler).
 //!
 //! The OS-specific crash-path code (signal handlers, stopping threads, reading memory) is in `platform/<os>/crash/`;
 //! the Apple backend drives these same pieces from its Mach exception server.
 
+pub mod first_chance;
 pub mod hooks;
 pub mod images;
 pub mod raw_buf;

@@ -171,7 +171,9 @@ pub struct ThreadTable {
     published: AtomicU32,
     /// Incremented (and futex-woken on Linux) each time a thread publishes its slot.
     pub answers: AtomicU32,
-    /// Set to non-zero when stopped threads may resume (futex word on Linux).
+    /// Release generation: incremented (and futex-woken on Linux) each time stopped threads may resume. A stopped
+    /// thread reads it before it publishes its slot and waits until it changes; [`ThreadTable::reset`] leaves it
+    /// alone, so a slow waiter of one crash is never held by the next one.
     pub release: AtomicU32,
 }
 
@@ -217,11 +219,20 @@ impl ThreadTable {
         self.published.store(0, Ordering::Release);
         self.count.store(0, Ordering::Release);
         self.answers.store(0, Ordering::Release);
-        self.release.store(0, Ordering::Release);
         for s in self.slots {
             s.state.store(FREE, Ordering::Release);
             s.tid.store(0, Ordering::Release);
         }
+    }
+
+    /// Whether a slot in use describes thread `tid`.
+    pub fn contains(&self, tid: u64) -> bool {
+        self.used().iter().any(|s| s.tid() == tid)
+    }
+
+    /// Owner: lets stopped threads resume (a new release generation).
+    pub fn release_all(&self) {
+        self.release.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Owner: adds a thread in state [`PENDING`]; `None` when the table is full.
@@ -333,7 +344,12 @@ mod tests {
         // Full table.
         assert_eq!(t.add_pending(103), Some(3));
         assert_eq!(t.add_pending(104), None);
+        assert!(t.contains(103) && t.contains(100) && !t.contains(104));
+        let gen = t.release.load(Ordering::Acquire);
+        t.release_all();
         t.reset();
+        assert_eq!(t.release.load(Ordering::Acquire), gen.wrapping_add(1), "reset keeps the release generation");
+        assert!(!t.contains(103));
         assert!(t.is_empty());
         assert!(!t.is_published());
     }

@@ -7,7 +7,6 @@ pub mod images;
 pub mod threads;
 
 use self::crash::{sys, CrashRecord, RawBuf, State, Text, FATAL_SIGNALS, STATE};
-use crate::arch::RegisterValues;
 use crate::config::Config;
 use crate::crash::images::{ImageEntry, ImageList, ImageTable};
 use crate::crash::threads::{ThreadSlot, ThreadTable};
@@ -120,20 +119,21 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         libc::sigaltstack(&new_alt, &mut old_alt);
 
         let prev = state as *const State as *mut State;
-        // Stop signal: SA_RESTART so interrupted system calls of stopped threads resume.
+        // Stop signal: SA_RESTART so interrupted system calls of stopped threads resume. Every signal but the
+        // fatal ones is blocked while a thread is stopped, so no other handler runs on it meanwhile.
         let mut act: libc::sigaction = core::mem::zeroed();
         act.sa_sigaction = crash::stop_handler as *const () as usize;
         act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
-        libc::sigemptyset(&mut act.sa_mask);
+        act.sa_mask = crash::handler_mask();
         libc::sigaction(stop_signal, &act, &mut (*prev).prev_stop);
 
         // Fatal signals: SA_NODEFER so a fault inside the handler re-enters it (a blocked fault would kill the
-        // process without a report); the stop signal is blocked so the owner is never stopped.
+        // process without a report); every other signal is blocked (the stop signal, so the owner is never
+        // stopped; and any other handler, which would run on our stacks: see `crash::handler_mask`).
         let mut act: libc::sigaction = core::mem::zeroed();
         act.sa_sigaction = crash::fatal_handler as *const () as usize;
         act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER;
-        libc::sigemptyset(&mut act.sa_mask);
-        libc::sigaddset(&mut act.sa_mask, stop_signal);
+        act.sa_mask = crash::handler_mask();
         for (i, sig) in FATAL_SIGNALS.iter().enumerate() {
             let slot = (*prev).prev_fatal.as_mut_ptr().add(i);
             libc::sigaction(*sig, &act, slot);
@@ -184,6 +184,7 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
         page: RawBuf::new(leak_slice(crash::memory::BLOCK, 0u8)?),
         mem_pipe: if crash::memory::process_vm_readv_works() { None } else { memory_pipe() },
         crash_stack_top: (crash_base + crash_size) & !15,
+        crash_stack: (crash_base, crash_size),
         text: Text {
             os_release,
             os_version,
@@ -196,14 +197,7 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
         },
         prev_fatal: [zero_action; 7],
         prev_stop: zero_action,
-        record: UnsafeCell::new(CrashRecord {
-            signal: 0,
-            code: 0,
-            addr: None,
-            tid: 0,
-            regs: RegisterValues::EMPTY,
-            temp: None,
-        }),
+        record: UnsafeCell::new(CrashRecord::EMPTY),
     })
 }
 

@@ -41,6 +41,27 @@ fn set_fsize_limit(bytes: u64) {
     }
 }
 
+/// `CLOCK_MONOTONIC` at the hook's `Start`, in nanoseconds.
+static START_NS: AtomicU64 = AtomicU64::new(0);
+/// Trigger `async_segv`: the `Start` hook sends SIGSEGV to the crashing thread itself (an asynchronous fatal
+/// signal arriving at the owner while it handles).
+static ASYNC_SEGV: AtomicBool = AtomicBool::new(false);
+/// Trigger `spawner`: set by the `ThreadsStopped` hook (the first stop round is over); the hook then waits
+/// (bounded) until a thread started after that exists, so the handler's second read of the thread list must find it.
+static STOPPED: AtomicBool = AtomicBool::new(false);
+static WAIT_FOR_LATE: AtomicBool = AtomicBool::new(false);
+/// Trigger `spawner`: ids of threads that started after the first stop round (at most [`LATE_MAX`]).
+const LATE_MAX: usize = 8;
+static LATE: [AtomicU64; LATE_MAX] = [const { AtomicU64::new(0) }; LATE_MAX];
+static LATE_COUNT: AtomicU64 = AtomicU64::new(0);
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer; clock_gettime is async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 fn gettid() -> u64 {
     // SAFETY: gettid has no arguments and cannot fail.
     unsafe { libc::syscall(libc::SYS_gettid) as u64 }
@@ -150,6 +171,7 @@ extern "C" fn hook(event: handler::test_hooks::CrashEvent, tid: u64) {
     use handler::test_hooks::CrashEvent;
     match event {
         CrashEvent::Start => {
+            START_NS.store(monotonic_ns(), Ordering::Release);
             CRASH_TID.store(tid, Ordering::Release);
             let limit = FSIZE_LIMIT.load(Ordering::Acquire);
             if limit != 0 {
@@ -157,6 +179,23 @@ extern "C" fn hook(event: handler::test_hooks::CrashEvent, tid: u64) {
             }
             STARTS.fetch_add(1, Ordering::AcqRel);
             COUNTING.store(true, Ordering::Release);
+            if ASYNC_SEGV.swap(false, Ordering::AcqRel) {
+                // SAFETY: plain integer arguments; sends SIGSEGV (SI_TKILL) to this very thread.
+                unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid as libc::pid_t, libc::SIGSEGV) };
+            }
+        }
+        CrashEvent::ThreadsStopped => {
+            STOPPED.store(true, Ordering::Release);
+            if WAIT_FOR_LATE.load(Ordering::Acquire) {
+                let ts = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+                for _ in 0..2000 {
+                    if LATE_COUNT.load(Ordering::Acquire) > 0 {
+                        break;
+                    }
+                    // SAFETY: valid timespec; nanosleep is async-signal-safe.
+                    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+                }
+            }
         }
         CrashEvent::BeforeReraise => {
             COUNTING.store(false, Ordering::Release);
@@ -176,10 +215,20 @@ extern "C" fn hook(event: handler::test_hooks::CrashEvent, tid: u64) {
                 (b"starts ", STARTS.load(Ordering::Acquire)),
                 (b"ends ", ENDS.load(Ordering::Acquire)),
                 (b"handler_tid ", tid),
+                (b"crash_us ", monotonic_ns().saturating_sub(START_NS.load(Ordering::Acquire)) / 1000),
+                (b"ticks ", TICKS.load(Ordering::Acquire)),
             ] {
                 raw_write(fd, key);
                 raw_write(fd, itoa(v, &mut b));
                 raw_write(fd, b"\n");
+            }
+            for t in &LATE {
+                let t = t.load(Ordering::Acquire);
+                if t != 0 {
+                    raw_write(fd, b"late_tid ");
+                    raw_write(fd, itoa(t, &mut b));
+                    raw_write(fd, b"\n");
+                }
             }
         }
     }
@@ -462,6 +511,276 @@ fn park_threads(n: usize) {
     barrier.wait();
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Faults the process survives, and signals around the crash (issue 13, "Faults survived").
+
+/// Counts the profiler timer's signals.
+static TICKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn on_tick(_sig: libc::c_int, _info: *mut libc::siginfo_t, _uc: *mut libc::c_void) {
+    // Touch some of the (alternate) stack, as a sampling profiler's handler does.
+    black_box([0u8; 512]);
+    TICKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A sampling profiler: SIGPROF and SIGALRM handlers with `SA_ONSTACK`, and both interval timers firing every 50
+/// µs, running while the process crashes.
+fn start_profiler_timers() {
+    // SAFETY: valid sigaction and itimerval structures; the handler has the SA_SIGINFO signature.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = on_tick as *const () as usize;
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
+        libc::sigemptyset(&mut act.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGPROF, &act, std::ptr::null_mut()), 0);
+        assert_eq!(libc::sigaction(libc::SIGALRM, &act, std::ptr::null_mut()), 0);
+        let t = libc::itimerval {
+            it_interval: libc::timeval { tv_sec: 0, tv_usec: 50 },
+            it_value: libc::timeval { tv_sec: 0, tv_usec: 50 },
+        };
+        assert_eq!(libc::setitimer(libc::ITIMER_PROF, &t, std::ptr::null_mut()), 0);
+        assert_eq!(libc::setitimer(libc::ITIMER_REAL, &t, std::ptr::null_mut()), 0);
+    }
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(20);
+    while std::time::Instant::now() < until {
+        black_box(0);
+    }
+    assert!(TICKS.load(Ordering::Relaxed) > 0, "the profiler timer fires");
+}
+
+/// One page the "runtime" (a first-chance handler, or a previous handler) knows how to recover a fault on: it is
+/// mapped `PROT_NONE`, and a fault in it is fixed by making it readable (as a GC's write barrier or a wasm
+/// runtime's lazily committed memory does).
+static GUARD_PAGE: AtomicU64 = AtomicU64::new(0);
+static RECOVERIES: AtomicU64 = AtomicU64::new(0);
+
+fn map_guard_page() -> usize {
+    // SAFETY: anonymous PROT_NONE mapping; checked below.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    GUARD_PAGE.store(p as u64, Ordering::Release);
+    p as usize
+}
+
+/// Async-signal-safe: when `info` is a fault inside the guard page, make the page readable and say so.
+fn recover_guard_page_fault(info: *mut libc::siginfo_t) -> bool {
+    let page = GUARD_PAGE.load(Ordering::Acquire);
+    // SAFETY: `info` is the kernel's siginfo (or null).
+    let Some(i) = (unsafe { info.as_ref() }) else { return false };
+    // SAFETY: si_addr is readable in every siginfo the kernel builds for a fault.
+    let addr = unsafe { i.si_addr() } as u64;
+    if page == 0 || i.si_code <= 0 || addr < page || addr >= page + 4096 {
+        return false;
+    }
+    // SAFETY: changing the protection of our own mapping; mprotect is a plain system call.
+    unsafe { libc::mprotect(page as *mut libc::c_void, 4096, libc::PROT_READ) };
+    RECOVERIES.fetch_add(1, Ordering::AcqRel);
+    true
+}
+
+static FIRST_CHANCE_CALLS: AtomicU64 = AtomicU64::new(0);
+
+unsafe extern "C" fn first_chance(_sig: libc::c_int, info: *mut libc::siginfo_t, _uc: *mut libc::c_void) -> bool {
+    FIRST_CHANCE_CALLS.fetch_add(1, Ordering::AcqRel);
+    recover_guard_page_fault(info)
+}
+
+/// A runtime's SIGSEGV handler installed before the crash handler: it recovers faults in its guard page and
+/// returns; for any other fault it gives up the way most handlers do (default action back, return, re-fault).
+extern "C" fn runtime_segv(_sig: libc::c_int, info: *mut libc::siginfo_t, _uc: *mut libc::c_void) {
+    if recover_guard_page_fault(info) {
+        return;
+    }
+    // SAFETY: a zeroed sigaction with SIG_DFL is valid.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(libc::SIGSEGV, &act, std::ptr::null_mut());
+    }
+}
+
+fn install_runtime_handler() {
+    // SAFETY: valid sigaction structures; the handler has the SA_SIGINFO signature.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = runtime_segv as *const () as usize;
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+        libc::sigemptyset(&mut act.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGSEGV, &act, std::ptr::null_mut()), 0);
+    }
+}
+
+/// Reads the guard page (recovered by the runtime), then crashes for real.
+#[inline(never)]
+fn trigger_recovered_then_real() {
+    let page = map_guard_page();
+    let v = read_at(black_box(page));
+    assert_eq!(RECOVERIES.load(Ordering::Acquire), 1, "the fault was recovered");
+    say(&format!("RECOVERED {v} {page:x}"));
+    trigger_null_deref();
+}
+
+/// Blocks every signal on the calling thread.
+fn block_all_signals() {
+    // SAFETY: valid sigset; pthread_sigmask only changes this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+fn unblock_all_signals() {
+    // SAFETY: valid sigset; pthread_sigmask only changes this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// A thread that blocks every signal (and so never answers the stop signal).
+fn spawn_blocking_thread() {
+    let started = Arc::new(Barrier::new(2));
+    let s = Arc::clone(&started);
+    std::thread::Builder::new()
+        .name("blocker".into())
+        .spawn(move || {
+            block_all_signals();
+            say(&format!("BLOCKER {}", gettid()));
+            say(&format!("THREAD {}", gettid()));
+            s.wait();
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+        })
+        .expect("spawn");
+    started.wait();
+}
+
+/// Two threads fault at once with different signals (SIGSEGV and SIGILL).
+fn two_signals() {
+    let go = Arc::new(Barrier::new(2));
+    let g = Arc::clone(&go);
+    let ill = std::thread::Builder::new()
+        .name("sigill".into())
+        .spawn(move || {
+            say(&format!("THREAD {}", gettid()));
+            g.wait();
+            trigger_sigill();
+        })
+        .expect("spawn");
+    let g = Arc::clone(&go);
+    let segv = std::thread::Builder::new()
+        .name("sigsegv".into())
+        .spawn(move || {
+            say(&format!("THREAD {}", gettid()));
+            g.wait();
+            trigger_null_deref();
+        })
+        .expect("spawn");
+    let _ = ill.join();
+    let _ = segv.join();
+}
+
+/// A thread that keeps creating threads, with every signal blocked (so it is not stopped and goes on creating
+/// threads while the crash is handled). Each new thread unblocks its signals; one that starts after the handler's
+/// first stop round records its id and parks (at most [`LATE_MAX`]; then the creator stops); earlier ones exit at
+/// once.
+fn spawn_thread_creator() {
+    let started = Arc::new(Barrier::new(2));
+    let s = Arc::clone(&started);
+    std::thread::Builder::new()
+        .name("creator".into())
+        .spawn(move || {
+            block_all_signals();
+            say(&format!("THREAD {}", gettid()));
+            s.wait();
+            while (LATE_COUNT.load(Ordering::Acquire) as usize) < LATE_MAX {
+                let r = std::thread::Builder::new().name("newcomer".into()).spawn(|| {
+                    unblock_all_signals();
+                    if !STOPPED.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let i = LATE_COUNT.fetch_add(1, Ordering::AcqRel) as usize;
+                    if let Some(slot) = LATE.get(i) {
+                        slot.store(gettid(), Ordering::Release);
+                    }
+                    loop {
+                        std::thread::park();
+                    }
+                });
+                if let Ok(h) = r {
+                    drop(h);
+                }
+            }
+            loop {
+                std::thread::park();
+            }
+        })
+        .expect("spawn");
+    started.wait();
+    std::thread::sleep(std::time::Duration::from_millis(10));
+}
+
+/// `vfork` in one assembly block whose child loads from address 0 at once: the child runs on the parent's stack
+/// and must touch none of it (libc's `vfork` wrapper returning in the child would clobber the parent's frames). The
+/// child dies in the crash handler; the parent gets the child's pid (or a negative errno).
+#[inline(never)]
+fn vfork_child_faults() -> i64 {
+    let r: i64;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: vfork suspends this thread until the child dies; the child only executes the faulting load (its
+    // signal frames go to the alternate stack), so this thread's stack and registers are as the kernel returns.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "mov rax, qword ptr [0]",
+            "2:",
+            inlateout("rax") libc::SYS_vfork => r,
+            out("rcx") _,
+            out("r11") _,
+            options(nostack),
+        );
+    }
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: as above; `clone(CLONE_VM | CLONE_VFORK | SIGCHLD, 0, ...)` is vfork (arm64 has no vfork syscall).
+    unsafe {
+        std::arch::asm!(
+            "svc #0",
+            "cbnz x0, 2f",
+            "ldr x0, [x0]",
+            "2:",
+            inlateout("x0") (libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD) as i64 => r,
+            in("x1") 0usize,
+            in("x2") 0usize,
+            in("x3") 0usize,
+            in("x4") 0usize,
+            in("x8") libc::SYS_clone,
+            options(nostack),
+        );
+    }
+    r
+}
+
+/// A `vfork` child (sharing this process's memory, the crash handler's state included) crashes; after it died,
+/// this process crashes too and must still get its report.
+#[inline(never)]
+fn trigger_vfork_child_then_parent() {
+    let pid = vfork_child_faults();
+    assert!(pid > 0, "vfork");
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
+    assert!(libc::WIFSIGNALED(status), "the vfork child died by a signal: {status:#x}");
+    say(&format!("CHILD {pid} {}", libc::WTERMSIG(status)));
+    trigger_null_deref();
+}
+
 fn run_trigger(trigger: &str, dir: &std::path::Path) {
     match trigger {
         "null_deref" => trigger_null_deref(),
@@ -585,6 +904,30 @@ fn run_trigger(trigger: &str, dir: &std::path::Path) {
                 let _ = h.join();
             }
         }
+        "profiler_timer" => {
+            start_profiler_timers();
+            trigger_null_deref();
+        }
+        "first_chance" => {
+            handler::set_first_chance_handler(Some(first_chance));
+            trigger_recovered_then_real();
+        }
+        "recovering_prev" => trigger_recovered_then_real(),
+        "async_segv" => {
+            ASYNC_SEGV.store(true, Ordering::Release);
+            trigger_null_deref();
+        }
+        "blocked_thread" => {
+            spawn_blocking_thread();
+            trigger_null_deref();
+        }
+        "two_signals" => two_signals(),
+        "spawner" => {
+            WAIT_FOR_LATE.store(true, Ordering::Release);
+            spawn_thread_creator();
+            trigger_null_deref();
+        }
+        "vfork_crash" => trigger_vfork_child_then_parent(),
         "uninstall_then_segv" => {
             // After uninstall the previous (Rust std) action is back: the fault kills the process with no report,
             // and a fresh install works again.
@@ -619,6 +962,10 @@ pub fn main() {
     let fd = unsafe { libc::open(c.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC, 0o644) };
     COUNT_FD.store(fd, Ordering::Release);
     handler::test_hooks::set_crash_hook(Some(hook));
+    if trigger == "recovering_prev" {
+        // The runtime's handler comes first; the crash handler chains to it.
+        install_runtime_handler();
+    }
     let mut config = handler::Config::new(&dir);
     config.app_id = "crash-client".into();
     if let Err(e) = handler::install(&config) {

@@ -1,16 +1,31 @@
 //! The Linux crash path: the fatal-signal handler, the stop-signal handler, and the owner's capture sequence.
 //!
-//! Sequence (design.md §1–§2, §4): the first faulting thread owns the crash ([`CrashGate`]); it saves the signal
-//! and its registers from the `ucontext`, switches to the preallocated crash stack, fills the thread table from
-//! `/proc/self/task`, sends every other thread the reserved real-time stop signal with `tgkill`, and waits (bounded)
-//! until they answer. Each stopped thread's handler stores its own `ucontext` registers and name in its slot and
-//! waits on a futex (bounded) until released. The owner then walks every stack with `process_vm_readv` and writes
-//! the report section by section (temporary name, `fsync`, `rename`), restores the previous signal actions,
-//! releases the threads and re-raises, so the process dies with the original signal and earlier handlers still run.
+//! Sequence (design.md §1–§2, §4): the first-chance hook ([`crate::crash::first_chance`]) sees the signal first
+//! and may declare it handled. Otherwise the first faulting thread owns the crash ([`CrashGate`]); it saves the
+//! signal and its registers from the `ucontext`, switches to the preallocated crash stack, fills the thread table
+//! from `/proc/self/task`, sends every other thread the reserved real-time stop signal with `tgkill`, and waits
+//! (bounded) until they answer; a thread that still has not answered after [`BLOCK_PROBE_NS`] and blocks the stop
+//! signal (`SigBlk`) is given up on at once; then the thread list is read once more and newcomers are stopped too.
+//! Each stopped thread's handler stores its own `ucontext` registers and name in its slot and waits on a futex
+//! (bounded) until released. The owner then walks every stack with `process_vm_readv` and writes the report
+//! section by section (temporary name, `fsync`, `rename`).
 //!
-//! A fault inside the handler (a recursive crash) writes a minimal report and dies; a fault on another thread while
-//! a crash is handled records that thread's registers and waits, boundedly, for the owner. Every wait has a timeout.
-//! Nothing here allocates, locks or panics.
+//! Then the previous action decides. `SIG_DFL`/`SIG_IGN`: restore the previous actions, release the threads,
+//! re-raise; the process dies by the owner's signal (threads that faulted meanwhile wait for that and never
+//! re-raise their own). A previous handler function: release the threads and call it ourselves, with our handlers
+//! still installed ([`CHAINING`]). If it gives up (installs another action and returns, or calls `abort()`, or
+//! faults), the process dies as it decided and the report stands. If it returns with our handler still in place,
+//! it recovered the fault: the report is renamed `<id>.recovered` (kept, never uploaded as a crash), the gate is
+//! freed and the next fault is a new crash. If the very same fault then comes back at once (same thread, signal,
+//! pc and address, and the previous handler had not changed the context), it had not fixed anything: the report is
+//! renamed back to `<id>.crashreport` and the process dies by the default action.
+//!
+//! While the owner handles, every signal but the fatal ones is blocked (`sa_mask` of both handlers), so no other
+//! handler (a profiler's `SIGPROF` with `SA_ONSTACK`) runs on our stacks and overwrites the live signal frame. A
+//! fault inside the handler (a recursive crash) writes a minimal report and dies; an asynchronous fatal signal sent
+//! to the owner (`si_code <= 0`) is ignored; a fault on another thread while a crash is handled records that
+//! thread's registers and waits, boundedly, for the owner. Every wait has a timeout. Nothing here allocates, locks
+//! or panics.
 #![allow(unsafe_code)]
 
 pub mod context;
@@ -22,9 +37,10 @@ pub mod sys;
 pub mod tasks;
 
 use crate::arch::{RegisterValues, HOST_ARCH};
+use crate::crash::first_chance;
 use crate::crash::hooks::{self, CrashEvent};
 use crate::crash::images::ImageTable;
-use crate::crash::reentrancy::{CrashGate, Entry};
+use crate::crash::reentrancy::{CrashGate, Entry, CAPTURING, CHAINING};
 use crate::crash::threads::{SlotData, ThreadTable, CAPTURED, PENDING, WRITING};
 use crate::crash::writer::{self, FdSink, ReportHead, ReportNames, WorkBuffers};
 use crate::unwind::{Repeat, WalkOptions};
@@ -75,6 +91,44 @@ pub struct CrashRecord {
     pub regs: RegisterValues,
     /// The temporary report file being written, so a recursive crash can remove it.
     pub temp: Option<ReportNames>,
+    /// The report this crash committed (renamed aside if the process survives).
+    pub committed: Option<ReportNames>,
+    /// Stack range `[lo, hi]` the previous handler runs in while [`CHAINING`]: a signal whose interrupted stack
+    /// pointer is inside it came from within the previous handler.
+    pub chain_stack: (u64, u64),
+    /// A fault the previous handler returned from without changing the context: if it comes back at once, it was
+    /// not fixed.
+    pub suspect: Option<Suspect>,
+}
+
+/// A survived fault that left the context unchanged (the previous handler fixed memory, or did nothing).
+#[derive(Clone, Copy, Debug)]
+pub struct Suspect {
+    /// Thread id.
+    pub tid: u64,
+    /// Signal number.
+    pub signal: i32,
+    /// Program counter of the fault.
+    pub pc: u64,
+    /// Fault address (`si_addr`).
+    pub addr: u64,
+    /// Names of its report (now `<id>.recovered`).
+    pub names: ReportNames,
+}
+
+impl CrashRecord {
+    /// A record for nothing (install time).
+    pub const EMPTY: CrashRecord = CrashRecord {
+        signal: 0,
+        code: 0,
+        addr: None,
+        tid: 0,
+        regs: RegisterValues::EMPTY,
+        temp: None,
+        committed: None,
+        chain_stack: (0, 0),
+        suspect: None,
+    };
 }
 
 /// Everything the crash path needs, allocated at install and never freed.
@@ -112,6 +166,10 @@ pub struct State {
     pub mem_pipe: Option<(i32, i32)>,
     /// 16-aligned top of the crash stack.
     pub crash_stack_top: usize,
+    /// The crash stack `(base, size)`: the owner's alternate signal stack while it captures, so a signal that
+    /// reaches it meanwhile nests below its frames instead of overwriting the live frame on the thread's own
+    /// alternate stack.
+    pub crash_stack: (usize, usize),
     /// META text.
     pub text: Text,
     /// Actions replaced at install, in [`FATAL_SIGNALS`] order.
@@ -143,6 +201,23 @@ const REASON_EXITED: &[u8] = b"thread exited before it could be stopped";
 const REASON_SEND_FAILED: &[u8] = b"the stop signal could not be sent";
 const REASON_NO_ANSWER: &[u8] =
     b"thread did not answer the stop signal in time (it blocks the signal, or sits in an uninterruptible wait)";
+const REASON_BLOCKED: &[u8] =
+    b"thread blocks the stop signal (SigBlk in /proc/self/task/<tid>/status); given up at once";
+
+/// How long the owner waits for answers before it looks for threads that block the stop signal (2 ms: a running
+/// or sleeping thread answers in microseconds; on a loaded machine a few are still on their way, and their
+/// `SigBlk` is then read, one small file each).
+pub const BLOCK_PROBE_NS: u64 = 2_000_000;
+
+/// Times a signal may go round the gate (a stale owner freed, a recovered crash re-armed) before it gives up.
+const ENTRY_TRIES: usize = 4;
+
+/// Stack size assumed below the previous handler's frame when it does not run on the alternate stack (the
+/// nesting test of a signal raised inside it): 8 MiB, glibc's default thread stack.
+const CHAIN_STACK_GUESS: u64 = 8 << 20;
+
+/// Suffix of a report whose fault the process survived (kept aside; the reporter never uploads it as a crash).
+pub const RECOVERED_SUFFIX: &[u8] = b".recovered";
 const NOTE_OVERFLOW: &[u8] = b"some threads did not fit the thread table and are not in this report";
 const NOTE_NO_TASKS: &[u8] = b"/proc/self/task could not be read; only the crashed thread is reported";
 const NOTE_MINIMAL: &[u8] =
@@ -187,7 +262,24 @@ fn own_name(d: &mut SlotData) {
     d.set_name(&name);
 }
 
-/// The handler for [`FATAL_SIGNALS`] (`SA_SIGINFO | SA_ONSTACK | SA_NODEFER`, stop signal blocked).
+/// The signal mask both handlers run with: every signal except the fatal ones (which must re-enter: a blocked
+/// synchronous fault kills the process without a report). Another handler running on our stacks while we handle
+/// (a profiler's `SIGPROF`/`SIGALRM` with `SA_ONSTACK`) would overwrite the live signal frame on the alternate
+/// stack, since the owner runs on the crash stack and the kernel then starts at the alternate stack's top.
+/// Async-signal-safe (`sigfillset`/`sigdelset`, POSIX.1-2017 §2.4.3).
+pub fn handler_mask() -> libc::sigset_t {
+    // SAFETY: a zeroed sigset is valid storage; sigfillset initialises it.
+    unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut set);
+        for s in FATAL_SIGNALS {
+            libc::sigdelset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// The handler for [`FATAL_SIGNALS`] (`SA_SIGINFO | SA_ONSTACK | SA_NODEFER`, every other signal blocked).
 ///
 /// # Safety
 /// Called by the kernel as an `SA_SIGINFO` handler: `info` and `uc` are null or valid.
@@ -199,40 +291,279 @@ pub unsafe extern "C" fn fatal_handler(sig: libc::c_int, info: *mut libc::siginf
         Some(i) => (i.si_code, unsafe { i.si_addr() } as usize as u64),
         None => (0, 0),
     };
+    let tid = sys::gettid();
+    if first_chance::call(tid, sig, info, uc) {
+        set_errno(saved_errno);
+        return;
+    }
     let Some(st) = state() else {
         die(sig);
         return;
     };
-    let tid = sys::gettid();
-    match GATE.enter(tid) {
-        Entry::First => {
-            hooks::call(CrashEvent::Start, tid);
-            // SAFETY: only the owner writes the record, and we are the owner.
-            let rec = unsafe { &mut *st.record.get() };
-            *rec = CrashRecord {
-                signal: sig,
-                code,
-                addr: if has_fault_address(sig, code) { Some(addr) } else { None },
-                tid,
-                // SAFETY: `uc` is the kernel's ucontext for this signal (or null).
-                regs: unsafe { context::registers(uc) },
-                temp: None,
-            };
-            // SAFETY: the crash stack is reserved for the owner, mapped at install, and 16-aligned.
-            unsafe { stack_switch::run_on_stack(st.crash_stack_top, owner_main, st as *const State as *mut c_void) };
-            reraise(sig, code);
+    // An asynchronous fatal signal sent to the owner while it captures (`kill -SEGV`, `si_code <= 0`) is not a
+    // fault in the handler: ignore it rather than replace the full report with a minimal one.
+    if code <= 0 && GATE.owner() == tid && GATE.phase() == CAPTURING {
+        set_errno(saved_errno);
+        return;
+    }
+    for _ in 0..ENTRY_TRIES {
+        match GATE.enter(tid) {
+            Entry::First => {
+                let mut args = FirstArgs { st, tid, sig, code, addr, uc, chain: false };
+                // SAFETY: the crash stack is reserved for the owner, mapped at install, and 16-aligned; `args`
+                // outlives the call.
+                unsafe {
+                    stack_switch::run_on_stack(
+                        st.crash_stack_top,
+                        first_main,
+                        &mut args as *mut FirstArgs as *mut c_void,
+                    )
+                };
+                if args.chain {
+                    chain(st, tid, sig, addr, info, uc);
+                }
+                break;
+            }
+            Entry::Recursive { depth } => {
+                if GATE.phase() == CHAINING {
+                    // SAFETY: the gate says this thread owns the record.
+                    let (lo, hi) = unsafe { (*st.record.get()).chain_stack };
+                    // SAFETY: `uc` is the kernel's ucontext for this signal (or null).
+                    let sp = unsafe { context::registers(uc) }.walk_start().map_or(lo, |w| w.sp);
+                    if (lo..=hi).contains(&sp) {
+                        // Raised inside the previous handler (its `abort()`, a fault in it): it ends the process.
+                        previous_gave_up(st, sig, code);
+                        break;
+                    }
+                    // The previous handler left without returning (`longjmp`); this is a new crash.
+                    GATE.reset();
+                    continue;
+                }
+                if depth == 1 {
+                    if sys::on_alt_stack().is_some_and(|(base, _)| base == st.crash_stack.0) {
+                        // The fault came while capturing, with the crash stack as alternate stack: this frame is
+                        // nested below the faulting ones; go on from here.
+                        minimal_main(st as *const State as *mut c_void);
+                    } else {
+                        // SAFETY: as above; the outer use of the crash stack is abandoned (we never return to it).
+                        unsafe {
+                            stack_switch::run_on_stack(
+                                st.crash_stack_top,
+                                minimal_main,
+                                st as *const State as *mut c_void,
+                            )
+                        };
+                    }
+                    // SAFETY: the record was written by this thread at first entry.
+                    let orig = unsafe { (*st.record.get()).signal };
+                    die(orig);
+                } else {
+                    die(sig);
+                }
+                break;
+            }
+            Entry::Other { owner } => {
+                // The owner's thread is not in this process: a `vfork` child that shared our memory and died, or
+                // a thread that left the previous handler by `longjmp` and exited. Free the gate and retry.
+                if sys::tgkill(sys::getpid(), owner, 0) == Err(libc::ESRCH) {
+                    let _ = GATE.take_over(owner);
+                    continue;
+                }
+                if GATE.phase() == CHAINING {
+                    // The previous handler runs on the owner: wait until it recovered (gate freed) or the process
+                    // ended.
+                    if wait_for_new_owner(st, owner) {
+                        continue;
+                    }
+                    die(sig);
+                    break;
+                }
+                if secondary(st, tid, uc, owner) {
+                    continue;
+                }
+                die(sig);
+                break;
+            }
         }
-        Entry::Recursive { depth: 1 } => {
-            // SAFETY: as above; the outer use of the crash stack is abandoned (we never return to it).
-            unsafe { stack_switch::run_on_stack(st.crash_stack_top, minimal_main, st as *const State as *mut c_void) };
-            // SAFETY: the record was written by this thread at first entry.
-            let orig = unsafe { (*st.record.get()).signal };
-            die(orig);
-        }
-        Entry::Recursive { .. } => die(sig),
-        Entry::Other { .. } => secondary(st, tid, sig, code, uc),
     }
     set_errno(saved_errno);
+}
+
+/// What [`first_main`] works on, and what it decided.
+struct FirstArgs<'a> {
+    st: &'a State,
+    tid: u64,
+    sig: i32,
+    code: i32,
+    addr: u64,
+    uc: *mut c_void,
+    /// Set when a previous handler function is to run next ([`chain`], back on the signal stack).
+    chain: bool,
+}
+
+/// The owner's sequence, on the crash stack (the signal may have arrived on a small alternate stack): capture and
+/// write, then apply the previous action when it is `SIG_DFL`/`SIG_IGN`, or ask for [`chain`].
+extern "C" fn first_main(arg: *mut c_void) {
+    // SAFETY: `arg` is the `FirstArgs` `fatal_handler` passed, alive until we return.
+    let a = unsafe { &mut *(arg as *mut FirstArgs<'_>) };
+    let st = a.st;
+    // Signals that reach us now (an asynchronous fatal one, a fault in the handler) nest on this stack.
+    let old_alt = sys::swap_alt_stack(st.crash_stack.0, st.crash_stack.1);
+    first_capture(a);
+    if let Some(old) = old_alt {
+        sys::restore_alt_stack(&old);
+    }
+}
+
+/// The body of [`first_main`].
+fn first_capture(a: &mut FirstArgs<'_>) {
+    let (st, tid, sig, code, addr) = (a.st, a.tid, a.sig, a.code, a.addr);
+    hooks::call(CrashEvent::Start, tid);
+    // SAFETY: only the owner uses the record, and we are the owner.
+    let rec = unsafe { &mut *st.record.get() };
+    // SAFETY: `uc` is the kernel's ucontext for this signal (or null).
+    let regs = unsafe { context::registers(a.uc) };
+    let pc = regs.walk_start().map_or(0, |w| w.pc);
+    if let Some(s) = rec.suspect.take() {
+        if s.tid == tid && s.signal == sig && s.pc == pc && s.addr == addr && code > 0 {
+            // The fault the previous handler "recovered" came straight back: it was not fixed. Its report is a
+            // crash report after all; the previous handler had its chance, so die by the default action rather
+            // than loop through it forever.
+            let _ = rename_report(st.dir_fd, &recovered_name(&s.names), s.names.final_name());
+            hooks::call(CrashEvent::BeforeReraise, tid);
+            restore_previous(st);
+            die(sig);
+            return;
+        }
+    }
+    *rec = CrashRecord {
+        signal: sig,
+        code,
+        addr: if has_fault_address(sig, code) { Some(addr) } else { None },
+        tid,
+        regs,
+        ..CrashRecord::EMPTY
+    };
+    owner_main(st);
+    hooks::call(CrashEvent::BeforeReraise, tid);
+    if previous_function(st, sig).is_some() {
+        a.chain = true;
+        return;
+    }
+    // Default or ignored: the process dies by this signal. Restore its previous action (only this one: a thread
+    // that faults with another signal now still enters our handler and waits for our end, never re-raising its
+    // own first), release the threads, re-raise.
+    restore_only(st, sig);
+    release_threads(st);
+    reraise(sig, code);
+}
+
+/// The previous action of `sig` when it is a handler function (not `SIG_DFL`/`SIG_IGN`).
+fn previous_function(st: &State, sig: i32) -> Option<&libc::sigaction> {
+    let i = FATAL_SIGNALS.iter().position(|s| *s == sig)?;
+    st.prev_fatal.get(i).filter(|p| p.sa_sigaction != libc::SIG_DFL && p.sa_sigaction != libc::SIG_IGN)
+}
+
+/// Runs the previous handler function ourselves, on the signal stack (where the kernel would have run it), with
+/// our handlers still installed, and acts on what it decided (see the module documentation).
+#[inline(never)]
+fn chain(st: &State, tid: u64, sig: i32, addr: u64, info: *mut libc::siginfo_t, uc: *mut c_void) {
+    let Some(prev) = previous_function(st, sig) else { return };
+    release_threads(st);
+    // SAFETY: only the owner uses the record, and we are the owner.
+    let rec = unsafe { &mut *st.record.get() };
+    let here = 0u8;
+    let hi = core::hint::black_box(core::ptr::addr_of!(here)) as u64;
+    let lo = match sys::on_alt_stack() {
+        Some((base, _)) => base as u64,
+        None => hi.saturating_sub(CHAIN_STACK_GUESS),
+    };
+    rec.chain_stack = (lo, hi);
+    GATE.set_phase(CHAINING);
+    call_previous(prev, sig, info, uc);
+    let ours = sys::get_action(sig).is_some_and(|a| a.sa_sigaction == fatal_handler as *const () as usize);
+    if !ours || sig == libc::SIGABRT {
+        // It gave up: it installed another action to re-fault into (Rust std's handler, most SDKs), or this is
+        // `abort()`, which ends the process after its handlers return. Leave the action it chose in place; the
+        // other signals keep our handler, so a thread faulting now waits for this end.
+        if ours {
+            restore_only(st, sig);
+        }
+        return;
+    }
+    // It returned and left our handler in place: it handled the signal. Keep the report aside, re-arm.
+    if let Some(names) = rec.committed.take() {
+        if rename_report(st.dir_fd, names.final_name(), &recovered_name(&names)) {
+            // SAFETY: `uc` is still the kernel's ucontext of this signal (the previous handler may have changed it).
+            let after = unsafe { context::registers(uc) };
+            if after == rec.regs {
+                let pc = after.walk_start().map_or(0, |w| w.pc);
+                rec.suspect = Some(Suspect { tid, signal: sig, pc, addr, names });
+            }
+        }
+    }
+    GATE.reset();
+}
+
+/// Calls the previous handler `prev` as the kernel would: its `sa_mask` (and the signal itself, unless
+/// `SA_NODEFER`) added to the blocked set, `SA_RESETHAND` honoured, three arguments for `SA_SIGINFO`.
+fn call_previous(prev: &libc::sigaction, sig: i32, info: *mut libc::siginfo_t, uc: *mut c_void) {
+    let mut mask = prev.sa_mask;
+    if prev.sa_flags & libc::SA_NODEFER == 0 {
+        // SAFETY: `mask` is a valid sigset.
+        unsafe { libc::sigaddset(&mut mask, sig) };
+    }
+    let old = sys::sigmask(libc::SIG_BLOCK, &mask);
+    if prev.sa_flags & libc::SA_RESETHAND != 0 {
+        // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask.
+        let dfl: libc::sigaction = unsafe { core::mem::zeroed() };
+        sys::set_action(sig, &dfl, None);
+    }
+    if prev.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the action was installed with SA_SIGINFO, so `sa_sigaction` is a three-argument handler.
+        let f = unsafe {
+            core::mem::transmute::<usize, extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void)>(
+                prev.sa_sigaction,
+            )
+        };
+        f(sig, info, uc);
+    } else {
+        // SAFETY: without SA_SIGINFO, `sa_sigaction` holds a one-argument `sa_handler` (not SIG_DFL/SIG_IGN,
+        // which the caller excluded).
+        let f = unsafe { core::mem::transmute::<usize, extern "C" fn(libc::c_int)>(prev.sa_sigaction) };
+        f(sig);
+    }
+    let _ = sys::sigmask(libc::SIG_SETMASK, &old);
+}
+
+/// A signal raised inside the previous handler while chaining: it decided the process ends. Restore the previous
+/// actions and let this signal take its course (the report stands).
+fn previous_gave_up(st: &State, sig: i32, code: i32) {
+    restore_only(st, sig);
+    reraise(sig, code);
+}
+
+/// `<hex>.recovered` from the report's names (NUL-terminated).
+fn recovered_name(names: &ReportNames) -> [u8; 64] {
+    let mut out = [0u8; 64];
+    let fin = names.final_name();
+    let stem = fin.iter().position(|b| *b == b'.' || *b == 0).unwrap_or(0);
+    for (d, s) in out.iter_mut().zip(fin.iter().take(stem).chain(RECOVERED_SUFFIX.iter())) {
+        *d = *s;
+    }
+    out
+}
+
+/// Renames a report in the report directory and makes the rename durable; `true` on success.
+fn rename_report(dir_fd: i32, from: &[u8; 64], to: &[u8; 64]) -> bool {
+    // SAFETY: both names are NUL-terminated fixed buffers; `dir_fd` is the report directory.
+    unsafe {
+        let ok = libc::renameat(dir_fd, from.as_ptr().cast(), dir_fd, to.as_ptr().cast()) == 0;
+        if ok {
+            libc::fsync(dir_fd);
+        }
+        ok
+    }
 }
 
 /// Handler of the stop signal: store this thread's registers in its slot, then wait (bounded) for release.
@@ -249,20 +580,25 @@ pub unsafe extern "C" fn stop_handler(_sig: libc::c_int, _info: *mut libc::sigin
             // SAFETY: `uc` is the kernel's ucontext for this signal (or null).
             d.regs = unsafe { context::registers(uc) };
             own_name(d);
+            // The owner releases only after every slot is final, so this is the generation before the release.
+            let gen = table.release.load(Ordering::Acquire);
             w.publish(CAPTURED);
             table.answers.fetch_add(1, Ordering::AcqRel);
             sys::futex_wake(&table.answers, 1);
-            wait_release(st);
+            let _ = wait_release(st, gen);
         }
     }
     set_errno(saved_errno);
 }
 
-/// Another thread faulted while a crash is handled: record this thread, wait for the owner, then die.
-fn secondary(st: &State, tid: u64, sig: i32, code: i32, uc: *mut c_void) {
+/// Another thread faulted while `owner` handles a crash: record this thread, then wait until the owner is done.
+/// Returns `true` when the gate was freed (the owner's crash was survived: enter again, this fault is a crash of
+/// its own), `false` when the wait ran out (then die by this thread's signal). It never re-raises on its own while
+/// the owner dies, so the owner's signal decides the exit.
+fn secondary(st: &State, tid: u64, uc: *mut c_void, owner: u64) -> bool {
     let table = &st.threads;
     let deadline = sys::monotonic_ns().saturating_add(st.stop_timeout_ns);
-    while !table.is_published() && sys::monotonic_ns() < deadline {
+    while !table.is_published() && GATE.owner() == owner && sys::monotonic_ns() < deadline {
         sys::sleep_ns(1_000_000);
     }
     if let Some((_, mut w)) = table.claim(tid) {
@@ -275,33 +611,49 @@ fn secondary(st: &State, tid: u64, sig: i32, code: i32, uc: *mut c_void) {
         table.answers.fetch_add(1, Ordering::AcqRel);
         sys::futex_wake(&table.answers, 1);
     }
-    if wait_release(st) {
-        reraise(sig, code);
-    } else {
-        die(sig);
+    wait_for_new_owner(st, owner)
+}
+
+/// Waits (polling every millisecond, at most the stop plus the release timeout) until `owner` no longer owns the
+/// gate; `true` when it let go, `false` on timeout. While it owns, it is writing, chaining, or dying.
+fn wait_for_new_owner(st: &State, owner: u64) -> bool {
+    let deadline = sys::monotonic_ns().saturating_add(st.stop_timeout_ns).saturating_add(st.release_timeout_ns);
+    loop {
+        if GATE.owner() != owner {
+            return true;
+        }
+        if sys::monotonic_ns() >= deadline {
+            return false;
+        }
+        sys::sleep_ns(1_000_000);
     }
 }
 
-/// Waits until the owner releases stopped threads or the release timeout passes; `true` when released.
-fn wait_release(st: &State) -> bool {
+/// Waits until the owner releases stopped threads (the release generation moves past `gen`) or the release
+/// timeout passes; `true` when released.
+fn wait_release(st: &State, gen: u32) -> bool {
     let table = &st.threads;
     let deadline = sys::monotonic_ns().saturating_add(st.release_timeout_ns);
     loop {
-        if table.release.load(Ordering::Acquire) != 0 {
+        if table.release.load(Ordering::Acquire) != gen {
             return true;
         }
         let now = sys::monotonic_ns();
         if now >= deadline {
             return false;
         }
-        sys::futex_wait(&table.release, 0, (deadline - now).min(100_000_000));
+        sys::futex_wait(&table.release, gen, (deadline - now).min(100_000_000));
     }
 }
 
-/// Waits until every stopped thread answered or the stop timeout passed.
+/// Waits until every stopped thread answered or the stop timeout passed. After [`BLOCK_PROBE_NS`], threads still
+/// pending that block the stop signal are given up on at once (they could never answer).
 fn wait_for_answers(st: &State) {
     let table = &st.threads;
-    let deadline = sys::monotonic_ns().saturating_add(st.stop_timeout_ns);
+    let start = sys::monotonic_ns();
+    let deadline = start.saturating_add(st.stop_timeout_ns);
+    let probe_at = start.saturating_add(BLOCK_PROBE_NS).min(deadline);
+    let mut probed = false;
     loop {
         let seen = table.answers.load(Ordering::Acquire);
         if table.outstanding() == 0 {
@@ -311,7 +663,37 @@ fn wait_for_answers(st: &State) {
         if now >= deadline {
             return;
         }
-        sys::futex_wait(&table.answers, seen, (deadline - now).min(20_000_000));
+        if !probed && now >= probe_at {
+            probed = true;
+            expire_blockers(st);
+            continue;
+        }
+        let until = if probed { deadline } else { probe_at };
+        sys::futex_wait(&table.answers, seen, until.saturating_sub(now).min(20_000_000));
+    }
+}
+
+/// Gives up on every pending thread whose `SigBlk` says it blocks the stop signal.
+fn expire_blockers(st: &State) {
+    let table = &st.threads;
+    for i in 0..table.len() {
+        let Some(s) = table.slot(i) else { continue };
+        if s.state() == PENDING && tasks::blocks_signal(s.tid(), st.stop_signal) == Some(true) {
+            table.expire(i, REASON_BLOCKED);
+        }
+    }
+}
+
+/// Sends the stop signal to every pending thread from slot `from` on; marks those it could not reach.
+fn stop_pending(st: &State, pid: i32, from: usize) {
+    let table = &st.threads;
+    for i in from..table.len() {
+        let Some(s) = table.slot(i) else { continue };
+        if s.state() == PENDING {
+            if let Err(e) = sys::tgkill(pid, s.tid(), st.stop_signal) {
+                table.fail(i, if e == libc::ESRCH { REASON_EXITED } else { REASON_SEND_FAILED });
+            }
+        }
     }
 }
 
@@ -321,8 +703,17 @@ fn restore_previous(st: &State) {
     }
 }
 
+/// Restores the action saved at install for `sig` only.
+fn restore_only(st: &State, sig: i32) {
+    for (s, prev) in FATAL_SIGNALS.iter().zip(st.prev_fatal.iter()) {
+        if *s == sig {
+            sys::set_action(*s, prev, None);
+        }
+    }
+}
+
 fn release_threads(st: &State) {
-    st.threads.release.store(1, Ordering::Release);
+    st.threads.release_all();
     sys::futex_wake(&st.threads.release, i32::MAX);
 }
 
@@ -381,10 +772,8 @@ fn deliberate_fault() {
     unsafe { core::ptr::write_volatile(p, 1) };
 }
 
-/// The owner's work, on the crash stack.
-extern "C" fn owner_main(arg: *mut c_void) {
-    // SAFETY: `arg` is the `&'static State` passed by `fatal_handler`.
-    let st = unsafe { &*(arg as *const State) };
+/// The owner's capture: stop the threads, walk, write; on the crash stack.
+fn owner_main(st: &State) {
     // SAFETY: the owner is the only user of the record and the buffers.
     let rec = unsafe { &mut *st.record.get() };
     let pid = sys::getpid();
@@ -409,14 +798,23 @@ extern "C" fn owner_main(arg: *mut c_void) {
     })
     .is_ok();
     table.publish();
-    for (i, s) in table.used().iter().enumerate() {
-        if s.state() == PENDING {
-            if let Err(e) = sys::tgkill(pid, s.tid(), st.stop_signal) {
-                table.fail(i, if e == libc::ESRCH { REASON_EXITED } else { REASON_SEND_FAILED });
+    stop_pending(st, pid, 0);
+    wait_for_answers(st);
+    hooks::call(CrashEvent::ThreadsStopped, own);
+    // Threads created after the list was read (by threads not stopped yet, or not stoppable): read it once more
+    // and stop the newcomers. Threads created after this second read are not in the report.
+    if enumerated {
+        let from = table.len();
+        let _ = tasks::for_each_thread(dirents, &mut |t| {
+            if t != own && !table.contains(t) && table.add_pending(t).is_none() {
+                overflow += 1;
             }
+        });
+        if table.len() > from {
+            stop_pending(st, pid, from);
+            wait_for_answers(st);
         }
     }
-    wait_for_answers(st);
     for i in 0..table.len() {
         if table.slot(i).is_some_and(|s| s.state() == PENDING) {
             table.expire(i, REASON_NO_ANSWER);
@@ -460,12 +858,11 @@ extern "C" fn owner_main(arg: *mut c_void) {
         if let Ok(mut s) = writer::write_report(sink, &h, table, images, &mut mem, &WalkOptions::host(), &mut bufs) {
             let _ = s.flush();
         }
-        let _ = writer::commit(st.dir_fd, fd, &names);
+        if writer::commit(st.dir_fd, fd, &names).is_ok() {
+            rec.committed = Some(names);
+        }
         rec.temp = None;
     }
-    hooks::call(CrashEvent::BeforeReraise, rec.tid);
-    restore_previous(st);
-    release_threads(st);
 }
 
 /// After a fault inside the handler: write a minimal report, on the crash stack.

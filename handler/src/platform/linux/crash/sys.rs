@@ -130,3 +130,53 @@ pub fn reset_to_default(sig: i32) {
         libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
     }
 }
+
+/// The current action of `sig` (`sigaction(2)` with a null new action); `None` when the call failed.
+pub fn get_action(sig: i32) -> Option<libc::sigaction> {
+    // SAFETY: an all-zero sigaction is a valid out-value; a null new action only queries.
+    unsafe {
+        let mut cur: libc::sigaction = core::mem::zeroed();
+        (libc::sigaction(sig, core::ptr::null(), &mut cur) == 0).then_some(cur)
+    }
+}
+
+/// Changes the calling thread's signal mask (`pthread_sigmask(3)`, async-signal-safe: POSIX.1-2017 §2.4.3) and
+/// returns the previous one.
+pub fn sigmask(how: i32, set: &libc::sigset_t) -> libc::sigset_t {
+    // SAFETY: `set` is a valid sigset; `old` a valid out-pointer, initialised by the call.
+    unsafe {
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::pthread_sigmask(how, set, &mut old);
+        old
+    }
+}
+
+/// The calling thread's alternate signal stack `(base, size)` when the thread is running on it now
+/// (`sigaltstack(2)` query, `SS_ONSTACK`), else `None`.
+pub fn on_alt_stack() -> Option<(usize, usize)> {
+    // SAFETY: a null new stack only queries; `cur` is a valid out-pointer.
+    unsafe {
+        let mut cur: libc::stack_t = core::mem::zeroed();
+        if libc::sigaltstack(core::ptr::null(), &mut cur) != 0 || cur.ss_flags & libc::SS_ONSTACK == 0 {
+            return None;
+        }
+        Some((cur.ss_sp as usize, cur.ss_size))
+    }
+}
+
+/// Makes `[base, base + size)` the calling thread's alternate signal stack and returns the previous setting
+/// (`sigaltstack(2)`; fails, returning `None`, while the thread runs on its current alternate stack).
+pub fn swap_alt_stack(base: usize, size: usize) -> Option<libc::stack_t> {
+    // SAFETY: valid in/out pointers; the region is the caller's mapped stack.
+    unsafe {
+        let new = libc::stack_t { ss_sp: base as *mut libc::c_void, ss_flags: 0, ss_size: size };
+        let mut old: libc::stack_t = core::mem::zeroed();
+        (libc::sigaltstack(&new, &mut old) == 0).then_some(old)
+    }
+}
+
+/// Puts back an alternate-stack setting returned by [`swap_alt_stack`].
+pub fn restore_alt_stack(old: &libc::stack_t) {
+    // SAFETY: `old` came from the kernel; a null out-pointer is allowed.
+    unsafe { libc::sigaltstack(old, core::ptr::null_mut()) };
+}
