@@ -11,6 +11,7 @@ extern "C" fn our_hook(event: CrashEvent, _tid: u64) {
     match event {
         CrashEvent::Start => sys::store(sys::slot::START, sys::now_ns()),
         CrashEvent::BeforeReraise => sys::store(sys::slot::DONE, sys::now_ns()),
+        CrashEvent::ThreadsStopped => {}
     }
 }
 
