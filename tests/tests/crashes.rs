@@ -629,6 +629,16 @@ fn crash_inside_a_library_dlopened_after_install() {
 // ---------------------------------------------------------------------------------------------------------------
 // Faults survived, and signals around the crash (issue 13).
 
+/// Whether the client runs under qemu-user (scripts/test-arm64.sh), and a test depends on something the emulator
+/// does not reproduce: prints why and returns true, so the test ends without checking.
+fn emulator_lacks(what: &str) -> bool {
+    if crash_tests::runner().is_some() {
+        eprintln!("not checked under the emulator: {what}");
+        return true;
+    }
+    false
+}
+
 /// A hang fails in this time, not in [`LIMIT`].
 const HANG_LIMIT: Duration = Duration::from_secs(30);
 
@@ -693,6 +703,11 @@ crash_test!(
 // A thread blocking every signal is found (`SigBlk`) and given up on in milliseconds, with the reason.
 #[test]
 fn thread_blocking_all_signals_is_expired_quickly() {
+    if emulator_lacks(
+        "/proc/<pid>/task/<tid>/status SigBlk shows qemu-user's host thread mask, not the guest's blocked signals",
+    ) {
+        return;
+    }
     let (run, r, ..) = check(&Expect {
         trigger: "blocked_thread",
         frames: with_main(&["read_at", "trigger_null_deref"]),
@@ -738,6 +753,11 @@ fn two_threads_with_different_signals_exit_with_the_owners() {
 // list is read again after the stop).
 #[test]
 fn threads_created_during_the_crash_are_in_the_report() {
+    if emulator_lacks(
+        "the spawner's bounded wait for a thread started during the crash is too short at qemu-user's speed",
+    ) {
+        return;
+    }
     let (run, r, ..) = check(&Expect {
         trigger: "spawner",
         frames: with_main(&["read_at", "trigger_null_deref"]),
@@ -757,6 +777,9 @@ fn threads_created_during_the_crash_are_in_the_report() {
 // gets its own: the child left nothing owned behind.
 #[test]
 fn crash_in_a_vfork_child_leaves_the_parent_armed() {
+    if emulator_lacks("qemu-user runs vfork as fork: the child does not share the parent's memory or crash gate") {
+        return;
+    }
     let (run, r, _, others) = check(&Expect {
         trigger: "vfork_crash",
         frames: with_main(&["read_at", "trigger_null_deref", "trigger_vfork_child_then_parent"]),
