@@ -21,6 +21,17 @@ pub mod crash;
 pub mod install;
 pub mod macho;
 pub mod platform;
+// The unwinder runs after a fault: no indexing, unwrapping, panicking or unchecked arithmetic (tests excepted).
+#[cfg_attr(
+    not(test),
+    deny(
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::arithmetic_side_effects
+    )
+)]
 pub mod unwind;
 pub mod user_values;
 

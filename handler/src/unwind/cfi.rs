@@ -134,10 +134,10 @@ pub fn find_fde<M: MemoryReader + ?Sized>(mem: &mut M, hdr: u64, pc: u64) -> Res
     let (mut lo, mut hi) = (0u64, count);
     // Invariant: entries before `lo` start at or below the pc, entries from `hi` on start above it.
     while lo < hi {
-        let mid = lo + (hi - lo) / 2;
+        let mid = lo.saturating_add(hi.saturating_sub(lo) / 2);
         let (loc, _) = entry(mem, mid).ok_or(Miss::Bad)?;
         if loc <= target {
-            lo = mid + 1;
+            lo = mid.saturating_add(1);
         } else {
             hi = mid;
         }

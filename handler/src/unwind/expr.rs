@@ -106,11 +106,11 @@ pub fn evaluate<M: MemoryReader + ?Sized>(
             0x2d => bin(&mut st, |a, b| Some(u64::from((a as i64) < b as i64)))?,
             0x2e => bin(&mut st, |a, b| Some(u64::from(a != b)))?,
             // DW_OP_lit0..lit31
-            0x30..=0x4f => st.push(u64::from(op - 0x30))?,
+            0x30..=0x4f => st.push(u64::from(op.wrapping_sub(0x30)))?,
             // DW_OP_breg0..breg31
             0x70..=0x8f => {
                 let off = r.sleb()?;
-                let base = regs.get(u16::from(op - 0x70))?;
+                let base = regs.get(u16::from(op.wrapping_sub(0x70)))?;
                 st.push(base.wrapping_add(off as u64))?;
             }
             // DW_OP_bregx
@@ -141,7 +141,7 @@ struct Stack {
 impl Stack {
     fn push(&mut self, x: u64) -> Option<()> {
         *self.v.get_mut(self.n)? = x;
-        self.n += 1;
+        self.n = self.n.checked_add(1)?;
         Some(())
     }
     fn pop(&mut self) -> Option<u64> {
@@ -196,7 +196,7 @@ impl Bytes<'_> {
         loop {
             let b = self.u8()?;
             v |= i64::from(b & 0x7f) << shift;
-            shift += 7;
+            shift = shift.saturating_add(7);
             if b & 0x80 == 0 {
                 if shift < 64 && b & 0x40 != 0 {
                     v |= -1i64 << shift;

@@ -265,7 +265,7 @@ impl Out<'_> {
                 if let Some(ts) = self.trust.get_mut(self.n) {
                     *ts = t;
                 }
-                self.n += 1;
+                self.n = self.n.saturating_add(1);
                 true
             }
             None => {
@@ -282,14 +282,15 @@ impl Out<'_> {
             match self.repeats.get_mut(self.nrep) {
                 Some(r) => {
                     *r = Repeat { start: start as u32, len: p as u32, count: cycles };
-                    self.nrep += 1;
+                    self.nrep = self.nrep.saturating_add(1);
                 }
                 None => self.lost = true,
             }
         }
         self.floor = self.n;
         for j in 0..k {
-            let (v, t) = (self.at(start + j), self.trust_at(start + j));
+            let i = start.saturating_add(j);
+            let (v, t) = (self.at(i), self.trust_at(i));
             if !self.store(v, t) {
                 return false;
             }
@@ -301,8 +302,8 @@ impl Out<'_> {
     /// Appends one frame found by `t`; `false` when the buffer is full.
     fn push(&mut self, v: u64, t: u8) -> bool {
         if let Some((start, p, k, cycles)) = self.active {
-            if self.at(start + k) == v {
-                let k = k + 1;
+            if self.at(start.saturating_add(k)) == v {
+                let k = k.saturating_add(1);
                 self.active =
                     Some(if k == p { (start, p, 0, cycles.saturating_add(1)) } else { (start, p, k, cycles) });
                 return true;
@@ -316,12 +317,14 @@ impl Out<'_> {
         }
         // Do the last 2p stored frames form two copies of one run? Then drop the second copy and count.
         for p in 1..=MAX_REPEAT_PERIOD {
-            if self.n < self.floor + 2 * p {
+            // p <= MAX_REPEAT_PERIOD, so 2 * p cannot overflow.
+            let two_p = p.saturating_mul(2);
+            if self.n < self.floor.saturating_add(two_p) {
                 break;
             }
-            let a = self.n - 2 * p;
-            if (0..p).all(|j| self.at(a + j) == self.at(a + p + j)) {
-                self.n -= p;
+            let a = self.n.saturating_sub(two_p);
+            if (0..p).all(|j| self.at(a.saturating_add(j)) == self.at(a.saturating_add(p).saturating_add(j))) {
+                self.n = self.n.saturating_sub(p);
                 self.active = Some((a, p, 0, 1));
                 break;
             }
@@ -428,7 +431,7 @@ fn is_return_address<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
     code: &C,
     ret: u64,
 ) -> bool {
-    ret > 1 && code.module_for(ret - 1).is_some() && call_precedes(arch, mem, ret)
+    ret > 1 && code.module_for(ret.wrapping_sub(1)).is_some() && call_precedes(arch, mem, ret)
 }
 
 /// One found caller: its registers and how it was found.
@@ -497,7 +500,7 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
                             if hops >= MAX_STACK_HOPS {
                                 return StopReason::OutsideStack;
                             }
-                            hops += 1;
+                            hops = hops.saturating_add(1);
                             stack = Stack::new(nsp, opts.max_stack_span);
                         }
                         found = Some(Caller { regs: next, trust: trust::CONTEXT });
@@ -506,7 +509,7 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
                         if !moved_up {
                             return StopReason::NotIncreasing;
                         }
-                        if !stack.holds(mem, sp, nsp - sp) {
+                        if !stack.holds(mem, sp, nsp.saturating_sub(sp)) {
                             return StopReason::OutsideStack;
                         }
                         found = Some(Caller { regs: next, trust: trust::CFI });
@@ -548,7 +551,7 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
         // 4. A scan for a return address.
         if found.is_none() && scans < opts.max_scans {
             if let Some(c) = scan_step(arch, mem, code, opts, &mut stack, &regs, sp) {
-                scans += 1;
+                scans = scans.saturating_add(1);
                 found = Some(c);
             }
         }
@@ -583,7 +586,7 @@ fn frame_pointer_step<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
     sp: u64,
 ) -> Option<Caller> {
     let fp = regs.get(arch.fp)?;
-    if fp < sp || fp % opts.fp_align.max(1) != 0 || !stack.holds(mem, fp, 16) {
+    if fp < sp || fp.checked_rem(opts.fp_align.max(1)) != Some(0) || !stack.holds(mem, fp, 16) {
         return None;
     }
     let next_fp = mem.read_u64(fp)?;

@@ -34,17 +34,21 @@ pub fn call_precedes<M: MemoryReader + ?Sized>(mem: &mut M, ret: u64) -> bool {
     }
     let is_rex = |x: Option<&u8>| x.is_some_and(|p| (0x40..=0x4f).contains(p));
     for n in 2..=8usize {
-        let at = 8 - n;
+        let at = 8usize.saturating_sub(n);
         // `FF /2` alone, or behind a REX prefix (`41 FF D0` = call r8).
-        for (opcode, extra) in [(at, 0usize), (at + 1, 1)] {
+        for (opcode, extra) in [(at, 0usize), (at.saturating_add(1), 1)] {
             if extra == 1 && !is_rex(b.get(at)) {
                 continue;
             }
             if b.get(opcode) != Some(&0xFF) {
                 continue;
             }
-            let (Some(&modrm), sib) = (b.get(opcode + 1), b.get(opcode + 2).copied().unwrap_or(0)) else { continue };
-            if (modrm >> 3) & 7 == 2 && modrm_len(modrm, sib) + extra == n {
+            let (Some(&modrm), sib) =
+                (b.get(opcode.saturating_add(1)), b.get(opcode.saturating_add(2)).copied().unwrap_or(0))
+            else {
+                continue;
+            };
+            if (modrm >> 3) & 7 == 2 && modrm_len(modrm, sib).saturating_add(extra) == n {
                 return true;
             }
         }
@@ -65,7 +69,7 @@ fn modrm_len(modrm: u8, sib: u8) -> usize {
         2 => 4,
         _ => 0,
     };
-    2 + sib_len + disp
+    sib_len.saturating_add(disp).saturating_add(2)
 }
 
 #[cfg(test)]
