@@ -65,8 +65,14 @@ fn capture_here() -> Walked {
     let mut tr = vec![0u8; 512];
     let mut reps = vec![Repeat::default(); 32];
     let opts = WalkOptions::host();
-    let o =
-        walk(&regs, &mut mem, &list, &opts, WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps });
+    let o = walk(
+        &regs,
+        &mut mem,
+        &list,
+        &opts,
+        None,
+        WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps },
+    );
     assert_eq!(o.repeats, 0, "no recursion here");
     if let Some((r, w)) = pipe {
         // SAFETY: closing the pipe made above.

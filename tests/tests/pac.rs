@@ -101,7 +101,7 @@ fn innermost() -> Sample {
     let mut trust = [0u8; 8];
     let mut reps = [Repeat::default(); 2];
     let bufs = WalkBuffers { frames: &mut frames, trust: &mut trust, repeats: &mut reps };
-    let o = walk(&regs, &mut reader, &images, &WalkOptions::host(), bufs);
+    let o = walk(&regs, &mut reader, &images, &WalkOptions::host(), None, bufs);
     assert!(o.frames >= 3, "walk too short: {o:?}");
     Sample { raw: [rec0[1], rec1_ret], walked: [frames[1], frames[2]] }
 }

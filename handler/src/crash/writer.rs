@@ -422,7 +422,10 @@ pub fn write_report<S: Sink, M: MemoryReader>(
                 t.register_set = d.regs.set;
                 t.registers = d.regs.to_options(&mut regs_buf);
                 let out = unwind::WalkBuffers { frames: bufs.frames, trust: bufs.trust, repeats: bufs.repeats };
-                let o = unwind::walk(&d.regs, mem, images, opts, out);
+                // The stack bounds recorded when the thread started (threads made through the pthread_create
+                // wrapper), else the walker probes where the stack ends.
+                let known = crate::crash::stack_bounds::stack_bounds(slot.tid());
+                let o = unwind::walk(&d.regs, mem, images, opts, known, out);
                 n_frames = o.frames;
                 n_reps = o.repeats;
                 t.frames_truncated = o.truncated;

@@ -19,8 +19,9 @@
 //!    [`WalkOptions::scan_words`] words above `sp` that is a return address (inside an image, right after a call
 //!    instruction), never past an unreadable word or the end of the stack.
 //!
-//! Every caller must lie inside the thread's own stack: `[sp, end)` where `end` is found lazily by probing pages
-//! upward from `sp` until the first unreadable one (the guard page of the next mapping), at most
+//! Every caller must lie inside the thread's own stack: `[sp, end)` where `end` is the top of the stack recorded
+//! when the thread started (`known_stack`, when it holds `sp`), else found lazily by probing pages upward from
+//! `sp` until the first unreadable one (the guard page of the next mapping), at most
 //! [`WalkOptions::max_stack_span`] bytes. A step must move `sp` up (arm64's frame 0 → 1 may keep it). Only a signal
 //! frame (CIE augmentation `S`) may move to another stack (an alternate signal stack back to the interrupted one),
 //! at most [`MAX_STACK_HOPS`] times.
@@ -341,16 +342,20 @@ impl Out<'_> {
 /// Walks one stack from the registers `start` (see the module docs for the order of methods). Never allocates
 /// or panics; async-signal-safe when `mem` and `code` are. Uses about 20 KiB of stack (gimli's row storage and the
 /// CIE/FDE copy).
+///
+/// `known_stack`: the thread's stack `(lo, hi)` in bytes when it is known (recorded at thread start); used as the
+/// stack's end when it holds the starting `sp`, otherwise the end is probed.
 pub fn walk<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
     start: &RegisterValues,
     mem: &mut M,
     code: &C,
     opts: &WalkOptions,
+    known_stack: Option<(u64, u64)>,
     bufs: WalkBuffers<'_>,
 ) -> WalkOutcome {
     let WalkBuffers { frames, trust, repeats } = bufs;
     let mut out = Out { frames, trust, n: 0, repeats, nrep: 0, active: None, floor: 0, lost: false };
-    let stop = walk_into(start, mem, code, opts, &mut out);
+    let stop = walk_into(start, mem, code, opts, known_stack, &mut out);
     let (n, nrep, lost) = out.finish();
     let truncated = lost || matches!(stop, StopReason::FrameCap | StopReason::StepCap);
     let stop =
@@ -381,6 +386,17 @@ struct Stack {
 impl Stack {
     fn new(sp: u64, span: u64) -> Stack {
         Stack { lo: sp, hi: sp, limit: sp.saturating_add(span), ended: false }
+    }
+
+    /// The stack of `sp` when its recorded extent `known` holds it: readable up to the recorded top, never beyond.
+    fn starting_at(sp: u64, span: u64, known: Option<(u64, u64)>) -> Stack {
+        match known {
+            Some((lo, hi)) if lo <= sp && sp < hi => {
+                let limit = hi.min(sp.saturating_add(span));
+                Stack { lo: sp, hi: limit, limit, ended: true }
+            }
+            _ => Stack::new(sp, span),
+        }
     }
 
     /// Whether `[addr, addr + len)` lies inside the stack (probing further pages as needed).
@@ -445,6 +461,7 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
     mem: &mut M,
     code: &C,
     opts: &WalkOptions,
+    known_stack: Option<(u64, u64)>,
     out: &mut Out<'_>,
 ) -> StopReason {
     let Some(arch) = arch_of(start) else {
@@ -466,7 +483,7 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
     if !out.push(pc0, trust::CONTEXT) {
         return StopReason::NoRoom;
     }
-    let mut stack = Stack::new(sp0, opts.max_stack_span);
+    let mut stack = Stack::starting_at(sp0, opts.max_stack_span, known_stack);
     let mut ctx = cfi::Context::new_in();
     let mut cache = cfi::FdeCache::default();
     let mut exact = true;

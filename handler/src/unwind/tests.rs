@@ -138,12 +138,21 @@ fn x86_regs(pc: u64, sp: u64, rbp: u64, rbx: u64) -> RegisterValues {
 }
 
 fn run(p: &mut Proc, regs: &RegisterValues, cap: usize) -> (Vec<u64>, Vec<u8>, Vec<Repeat>, WalkOutcome) {
+    run_known(p, regs, cap, None)
+}
+
+fn run_known(
+    p: &mut Proc,
+    regs: &RegisterValues,
+    cap: usize,
+    known: Option<(u64, u64)>,
+) -> (Vec<u64>, Vec<u8>, Vec<Repeat>, WalkOutcome) {
     let mut frames = vec![0u64; cap];
     let mut tr = vec![0u8; cap];
     let mut reps = vec![Repeat::default(); 8];
     let opts = WalkOptions { strip: None, ..WalkOptions::host() };
     let code = Proc { regions: BTreeMap::new(), images: p.images.clone(), reads: 0 };
-    let o = walk(regs, p, &code, &opts, WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps });
+    let o = walk(regs, p, &code, &opts, known, WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps });
     (frames[..o.frames].to_vec(), tr[..o.frames].to_vec(), reps[..o.repeats].to_vec(), o)
 }
 
@@ -200,6 +209,22 @@ fn the_stack_ends_at_its_first_unreadable_page() {
     let (f, _, _, o) = run(&mut p, &regs, 64);
     assert_eq!(f, vec![0x40_1010, 0x40_2055], "{o:?}");
     assert_ne!(o.stop, StopReason::End);
+}
+
+#[test]
+fn a_recorded_stack_top_bounds_the_walk_even_where_memory_goes_on() {
+    // The thread's recorded stack ends right after mid's frame (which holds the return into top); the memory
+    // above is readable (another mapping directly adjacent, no guard page): top's frame there must not be used.
+    let (mut p, regs) = x86_chain();
+    let sp = STACK + 0x100;
+    let (f, _, _, o) = run_known(&mut p, &regs, 64, Some((STACK, sp + 24)));
+    assert_eq!(f, vec![0x40_1010, 0x40_2055, 0x40_3055], "{o:?}");
+    assert_eq!(o.stop, StopReason::OutsideStack);
+    let (f, _, _, o) = run_known(&mut p, &regs, 64, Some((STACK, STACK + 0x1000)));
+    assert_eq!(f, vec![0x40_1010, 0x40_2055, 0x40_3055, 0x40_4055], "{o:?}");
+    // A record that does not hold sp (an overflow's sp in the guard page, a signal stack) is not used.
+    let (f, _, _, _) = run_known(&mut p, &regs, 64, Some((STACK + 0x800, STACK + 0x1000)));
+    assert_eq!(f.len(), 4);
 }
 
 #[test]
@@ -364,7 +389,14 @@ fn arm64_leaf_through_lr_then_cfi_with_signed_return_addresses() {
     let mut reps = [Repeat::default(); 4];
     let opts = WalkOptions { strip: PacStrip::with_va_bits(48), ..WalkOptions::host() };
     let code = Proc { regions: BTreeMap::new(), images: p.images.clone(), reads: 0 };
-    let o = walk(&regs, &mut p, &code, &opts, WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps });
+    let o = walk(
+        &regs,
+        &mut p,
+        &code,
+        &opts,
+        None,
+        WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps },
+    );
     assert_eq!(&frames[..o.frames], &[0x40_1010, 0x40_2058, 0x40_4058], "{o:?}");
     assert_eq!(&tr[..o.frames], &[trust::CONTEXT, trust::LINK_REGISTER, trust::CFI]);
     assert_eq!(o.stop, StopReason::End);
