@@ -38,20 +38,7 @@ pub fn call_precedes<M: MemoryReader + ?Sized>(mem: &mut M, ret: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct Code(Vec<u8>);
-    impl MemoryReader for Code {
-        fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
-            let a = addr as usize;
-            match self.0.get(a..a + buf.len()) {
-                Some(s) => {
-                    buf.copy_from_slice(s);
-                    true
-                }
-                None => false,
-            }
-        }
-    }
+    use crate::unwind::tests::Code;
 
     fn after(insn: u32) -> bool {
         let mut code = vec![0u8; 8];

@@ -10,6 +10,32 @@ use gimli::write::{
 use gimli::{Encoding, Format, LittleEndian, Register, UnwindSection};
 use std::collections::BTreeMap;
 
+/// Code bytes from address 0 (the arch modules' call-recognition tests).
+pub(crate) struct Code(pub Vec<u8>);
+
+impl MemoryReader for Code {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
+        let a = addr as usize;
+        match self.0.get(a..a + buf.len()) {
+            Some(s) => {
+                buf.copy_from_slice(s);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+#[test]
+fn the_walk_needs_well_under_the_crash_stack() {
+    // gimli's row storage and the CIE/FDE copy are the walk's large locals; the crash stack is 256 KiB and the
+    // README says "about 13 KiB" (8.3 KiB context and a 4 KiB copy on x86-64).
+    let ctx = std::mem::size_of::<cfi::Context>();
+    let copy = cfi::MAX_CIE + cfi::MAX_FDE;
+    println!("STACK_USE context {ctx} bytes, CIE/FDE copy {copy} bytes");
+    assert!(ctx + copy < 24 * 1024, "context {ctx} + copy {copy} bytes");
+}
+
 /// Memory as regions of bytes; reads must fall inside one region.
 #[derive(Default)]
 struct Proc {

@@ -75,20 +75,7 @@ fn modrm_len(modrm: u8, sib: u8) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct Code(Vec<u8>);
-    impl MemoryReader for Code {
-        fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
-            let a = addr as usize;
-            match self.0.get(a..a + buf.len()) {
-                Some(s) => {
-                    buf.copy_from_slice(s);
-                    true
-                }
-                None => false,
-            }
-        }
-    }
+    use crate::unwind::tests::Code;
 
     fn ends_with_call(insn: &[u8]) -> bool {
         let mut code = vec![0x90u8; 16];
