@@ -273,6 +273,31 @@ impl Default for Thread {
 }
 
 impl Thread {
+    /// The frames with every repeat record expanded: each run `frames[start..start + len]` occurs `count` more times
+    /// right after its stored copy (SCHEMA.md §4.3 `rep`). Malformed or overlapping records are skipped, so the
+    /// frames as stored are still returned.
+    pub fn expanded_frames(&self) -> Vec<u64> {
+        let mut reps = self.repeats.clone();
+        reps.sort_by_key(|r| r.start);
+        let n = self.frames.len();
+        let mut out = Vec::with_capacity(n);
+        let mut next = 0usize;
+        for r in &reps {
+            let start = r.start as usize;
+            let end = start.saturating_add(r.len as usize).min(n);
+            if start < next || start > n {
+                continue;
+            }
+            out.extend_from_slice(&self.frames[next..end]);
+            for _ in 0..r.count {
+                out.extend_from_slice(&self.frames[start..end]);
+            }
+            next = end;
+        }
+        out.extend_from_slice(&self.frames[next.min(n)..]);
+        out
+    }
+
     /// The value of a named register.
     pub fn register(&self, name: &str) -> Option<u64> {
         self.registers.iter().find(|r| r.name == name).map(|r| r.value)

@@ -318,29 +318,6 @@ pub fn run_under_gdb(gdb: &Path, argv: &[&std::ffi::OsStr], dir: &Path, limit: D
     run
 }
 
-/// A thread's frames with its repeat records expanded: each run `frames[start..start + len]` is inserted
-/// `count` more times right after its stored copy (report-format's `Repeat`).
-pub fn expand_frames(t: &Thread) -> Vec<u64> {
-    let mut reps = t.repeats.clone();
-    reps.sort_by_key(|r| r.start);
-    let mut out = Vec::with_capacity(t.frames.len());
-    let mut next = 0usize;
-    for r in &reps {
-        let (start, len) = (r.start as usize, r.len as usize);
-        let end = (start + len).min(t.frames.len());
-        if start < next || start > t.frames.len() {
-            continue; // malformed or overlapping: leave it, the frames as stored are still compared
-        }
-        out.extend_from_slice(&t.frames[next..end]);
-        for _ in 0..r.count {
-            out.extend_from_slice(&t.frames[start..end]);
-        }
-        next = end;
-    }
-    out.extend_from_slice(&t.frames[next.min(t.frames.len())..]);
-    out
-}
-
 /// A difference between gdb's frames and the report's that the comparison accepts, with its reason. Every
 /// accepted difference in a comparison is listed in [`Comparison::tolerated`]; nothing else is accepted.
 ///
@@ -530,7 +507,7 @@ pub fn compare(report: &Report, gdb: &GdbRun, fault_tid: u64) -> Comparison {
         }
         let want: Vec<&GdbFrame> =
             g.frames.iter().filter(|f| !matches!(f.kind, FrameKind::Inline | FrameKind::Tailcall)).collect();
-        let mut got = expand_frames(ours);
+        let mut got = ours.expanded_frames();
         if !crashed {
             if let (Some(&ours0), Some(theirs0)) = (got.first(), want.first()) {
                 if ours0 != theirs0.pc
@@ -773,8 +750,8 @@ mod tests {
     fn repeats_expand_after_their_stored_copy() {
         let mut t = thread(0, 1, true, &[1, 2, 3, 4, 5]);
         t.repeats = vec![Repeat { start: 1, len: 2, count: 2 }, Repeat { start: 4, len: 1, count: 1 }];
-        assert_eq!(expand_frames(&t), vec![1, 2, 3, 2, 3, 2, 3, 4, 5, 5]);
+        assert_eq!(t.expanded_frames(), vec![1, 2, 3, 2, 3, 2, 3, 4, 5, 5]);
         t.repeats.clear();
-        assert_eq!(expand_frames(&t), vec![1, 2, 3, 4, 5]);
+        assert_eq!(t.expanded_frames(), vec![1, 2, 3, 4, 5]);
     }
 }
