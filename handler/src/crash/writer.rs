@@ -126,9 +126,10 @@ impl ReportNames {
         let mut hex = [0u8; 32];
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
         for (i, b) in id.iter().enumerate() {
-            if let Some(pair) = hex.get_mut(2 * i..2 * i + 2) {
-                pair[0] = DIGITS[usize::from(b >> 4)];
-                pair[1] = DIGITS[usize::from(b & 15)];
+            if let (Some(pair), Some(&hi), Some(&lo)) =
+                (hex.get_mut(2 * i..2 * i + 2), DIGITS.get(usize::from(b >> 4)), DIGITS.get(usize::from(b & 15)))
+            {
+                pair.copy_from_slice(&[hi, lo]);
             }
         }
         let mut temp = [0u8; 64];

@@ -2,6 +2,9 @@
 //! path in [`crash`].
 #![allow(unsafe_code)]
 
+// Runs after a fault: no indexing, unwrapping or panicking (tests excepted). The unwinder also denies unchecked
+// arithmetic; here that lint is on the modules that already meet it.
+#[cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 pub mod crash;
 pub mod images;
 pub mod threads;

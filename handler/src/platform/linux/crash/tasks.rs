@@ -14,7 +14,8 @@ pub fn parse_dirents(buf: &[u8], f: &mut dyn FnMut(u64)) {
     let mut off = 0usize;
     while off + NAME_OFF <= buf.len() {
         let reclen = match buf.get(off + RECLEN_OFF..off + RECLEN_OFF + 2) {
-            Some(b) => usize::from(u16::from_ne_bytes([b[0], b[1]])),
+            Some(&[a, b]) => usize::from(u16::from_ne_bytes([a, b])),
+            Some(_) => return,
             None => return,
         };
         if reclen < NAME_OFF || off + reclen > buf.len() {
