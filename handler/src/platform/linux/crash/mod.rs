@@ -5,7 +5,7 @@
 //! signal and its registers from the `ucontext`, switches to the preallocated crash stack, fills the thread table
 //! from `/proc/self/task`, sends every other thread the reserved real-time stop signal with `tgkill`, and waits
 //! (bounded) until they answer; a thread that still has not answered after [`BLOCK_PROBE_NS`] and blocks the stop
-//! signal (`SigBlk`) is given up on at once; then the thread list is read once more and newcomers are stopped too.
+//! signal (`SigBlk`) in two reads [`BLOCK_CONFIRM_NS`] apart is given up on; then the thread list is read once more and newcomers are stopped too.
 //! Each stopped thread's handler stores its own `ucontext` registers and name in its slot and waits on a futex
 //! (bounded) until released. The owner then walks every stack with `process_vm_readv` and writes the report
 //! section by section (temporary name, `fsync`, `rename`).
@@ -202,12 +202,22 @@ const REASON_SEND_FAILED: &[u8] = b"the stop signal could not be sent";
 const REASON_NO_ANSWER: &[u8] =
     b"thread did not answer the stop signal in time (it blocks the signal, or sits in an uninterruptible wait)";
 const REASON_BLOCKED: &[u8] =
-    b"thread blocks the stop signal (SigBlk in /proc/self/task/<tid>/status); given up at once";
+    b"thread blocks the stop signal (SigBlk in /proc/self/task/<tid>/status, seen twice 10 ms apart); given up";
 
 /// How long the owner waits for answers before it looks for threads that block the stop signal (2 ms: a running
 /// or sleeping thread answers in microseconds; on a loaded machine a few are still on their way, and their
 /// `SigBlk` is then read, one small file each).
 pub const BLOCK_PROBE_NS: u64 = 2_000_000;
+
+/// Time between the two `SigBlk` reads; a thread is given up on only when both show the stop signal blocked.
+/// glibc blocks every signal for a moment while a new thread starts (and in a few short critical sections): such a
+/// thread answers once it unblocks, and must not be reported as blocking (seen: threads created just before the
+/// crash, given up on after a single read, when the machine was loaded).
+pub const BLOCK_CONFIRM_NS: u64 = 10_000_000;
+
+/// Slots whose first `SigBlk` read is remembered (a bit each, on the owner's stack); threads in later slots wait
+/// for the full stop timeout instead.
+const BLOCK_BITS: usize = 4096;
 
 /// Times a signal may go round the gate (a stale owner freed, a recovered crash re-armed) before it gives up.
 const ENTRY_TRIES: usize = 4;
@@ -646,14 +656,18 @@ fn wait_release(st: &State, gen: u32) -> bool {
     }
 }
 
-/// Waits until every stopped thread answered or the stop timeout passed. After [`BLOCK_PROBE_NS`], threads still
-/// pending that block the stop signal are given up on at once (they could never answer).
+/// Waits until every stopped thread answered or the stop timeout passed. After [`BLOCK_PROBE_NS`] the `SigBlk` of
+/// every thread still pending is read; those that block the stop signal are read again [`BLOCK_CONFIRM_NS`] later
+/// and given up on if they still block it (they could never answer).
 fn wait_for_answers(st: &State) {
     let table = &st.threads;
     let start = sys::monotonic_ns();
     let deadline = start.saturating_add(st.stop_timeout_ns);
-    let probe_at = start.saturating_add(BLOCK_PROBE_NS).min(deadline);
-    let mut probed = false;
+    let first_at = start.saturating_add(BLOCK_PROBE_NS).min(deadline);
+    let second_at = first_at.saturating_add(BLOCK_CONFIRM_NS).min(deadline);
+    let mut blocked = [0u64; BLOCK_BITS / 64];
+    // 0: before the first read; 1: between the reads; 2: after both.
+    let mut phase = 0u8;
     loop {
         let seen = table.answers.load(Ordering::Acquire);
         if table.outstanding() == 0 {
@@ -663,22 +677,51 @@ fn wait_for_answers(st: &State) {
         if now >= deadline {
             return;
         }
-        if !probed && now >= probe_at {
-            probed = true;
-            expire_blockers(st);
+        if phase == 0 && now >= first_at {
+            phase = if note_blockers(st, &mut blocked) { 1 } else { 2 };
             continue;
         }
-        let until = if probed { deadline } else { probe_at };
+        if phase == 1 && now >= second_at {
+            phase = 2;
+            expire_blockers(st, &blocked);
+            continue;
+        }
+        let until = match phase {
+            0 => first_at,
+            1 => second_at,
+            _ => deadline,
+        };
         sys::futex_wait(&table.answers, seen, until.saturating_sub(now).min(20_000_000));
     }
 }
 
-/// Gives up on every pending thread whose `SigBlk` says it blocks the stop signal.
-fn expire_blockers(st: &State) {
+/// Whether slot `i`'s bit is set in `bits`.
+fn bit(bits: &[u64; BLOCK_BITS / 64], i: usize) -> bool {
+    bits.get(i / 64).is_some_and(|w| w & (1u64 << (i % 64)) != 0)
+}
+
+/// Remembers every pending thread whose `SigBlk` says it blocks the stop signal; `true` when there is one.
+fn note_blockers(st: &State, bits: &mut [u64; BLOCK_BITS / 64]) -> bool {
     let table = &st.threads;
-    for i in 0..table.len() {
+    let mut any = false;
+    for i in 0..table.len().min(BLOCK_BITS) {
         let Some(s) = table.slot(i) else { continue };
         if s.state() == PENDING && tasks::blocks_signal(s.tid(), st.stop_signal) == Some(true) {
+            if let Some(w) = bits.get_mut(i / 64) {
+                *w |= 1u64 << (i % 64);
+                any = true;
+            }
+        }
+    }
+    any
+}
+
+/// Gives up on every pending thread that blocked the stop signal at the first read and still does.
+fn expire_blockers(st: &State, first: &[u64; BLOCK_BITS / 64]) {
+    let table = &st.threads;
+    for i in 0..table.len().min(BLOCK_BITS) {
+        let Some(s) = table.slot(i) else { continue };
+        if bit(first, i) && s.state() == PENDING && tasks::blocks_signal(s.tid(), st.stop_signal) == Some(true) {
             table.expire(i, REASON_BLOCKED);
         }
     }
