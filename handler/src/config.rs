@@ -1,6 +1,6 @@
 //! Install-time configuration.
 
-use crate::install::InstallError;
+use crate::error::InstallError;
 use std::path::PathBuf;
 
 /// Smallest thread table [`crate::install`] accepts.

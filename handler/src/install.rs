@@ -1,189 +1,9 @@
 //! The public install API: [`install`], [`uninstall`], [`refresh_images`]. Install time: these may allocate and
-//! lock; nothing here runs after a fault.
+//! lock; nothing here runs after a fault. The preparation itself is in [`crate::prealloc`], the backends in
+//! `crate::platform`.
 
 use crate::config::Config;
-use std::fmt;
-use std::path::Path;
-
-/// Why install, uninstall or refresh failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum InstallError {
-    /// [`install`] was called while the handler is installed. Call [`uninstall`] first.
-    AlreadyInstalled,
-    /// [`uninstall`] or [`refresh_images`] was called while the handler is not installed.
-    NotInstalled,
-    /// A configuration value is out of range; the text names it.
-    InvalidConfig(&'static str),
-    /// The report directory could not be created or opened.
-    ReportDir(String),
-    /// The report directory exists but this process cannot create files in it (read-only file system, no write
-    /// permission, a pseudo file system such as `/proc` or `/sys`): every report would be lost. Found at install
-    /// by `faccessat(W_OK | X_OK)` and by creating and removing a probe file.
-    ReportDirNotWritable {
-        /// The directory, as configured.
-        path: std::path::PathBuf,
-        /// The `errno` of the check that failed (`EACCES`, `EROFS`, `ENOENT` on `/proc`, ...).
-        errno: i32,
-    },
-    /// Preallocating the crash-time buffers failed.
-    OutOfMemory,
-    /// An OS call failed.
-    Os {
-        /// What was being done.
-        what: &'static str,
-        /// The `errno` value.
-        errno: i32,
-    },
-    /// This platform has no backend in this crate yet.
-    Unsupported,
-}
-
-impl fmt::Display for InstallError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            InstallError::AlreadyInstalled => write!(f, "the crash handler is already installed"),
-            InstallError::NotInstalled => write!(f, "the crash handler is not installed"),
-            InstallError::InvalidConfig(what) => write!(f, "invalid configuration: {what}"),
-            InstallError::ReportDir(e) => write!(f, "report directory: {e}"),
-            InstallError::ReportDirNotWritable { path, errno } => write!(
-                f,
-                "report directory {} is not writable: {} (errno {errno}); no crash report could be saved",
-                path.display(),
-                std::io::Error::from_raw_os_error(*errno)
-            ),
-            InstallError::OutOfMemory => write!(f, "out of memory while preallocating crash buffers"),
-            InstallError::Os { what, errno } => write!(f, "{what} failed (errno {errno})"),
-            InstallError::Unsupported => write!(f, "no crash handler backend for this platform"),
-        }
-    }
-}
-
-impl std::error::Error for InstallError {}
-
-/// A leaked, preallocated slice of `n` copies of `v` for the crash path (install time; never freed).
-///
-/// # Errors
-/// [`InstallError::OutOfMemory`] when the allocation fails.
-#[cfg(unix)]
-pub(crate) fn leak_slice<T: Clone>(n: usize, v: T) -> Result<&'static mut [T], InstallError> {
-    let mut vec = Vec::new();
-    vec.try_reserve_exact(n).map_err(|_| InstallError::OutOfMemory)?;
-    vec.resize(n, v);
-    Ok(Vec::leak(vec))
-}
-
-/// A leaked copy of `b` (install-time text the crash path reads).
-#[cfg(unix)]
-pub(crate) fn leak_bytes(b: &[u8]) -> &'static [u8] {
-    Vec::leak(b.to_vec())
-}
-
-/// Creates the report directory (with parents, mode 0700: reports hold memory contents of the app), opens it, and
-/// checks that files can be created in it; returns the directory descriptor the crash path writes into (report
-/// files are created 0600). Install time.
-///
-/// The check is `faccessat(".", W_OK | X_OK, AT_EACCESS)` (a clear `EACCES` / `EROFS` for the common cases)
-/// followed by a real probe: creating `.install-probe-<pid>.tmp` (`O_CREAT | O_EXCL`) and unlinking it. The probe
-/// is needed because `faccessat` answers "writable" where creation still fails: for root (which passes every mode
-/// check) on a pseudo file system such as `/sys`, on a read-only bind mount seen through some container runtimes,
-/// or under an LSM policy. The probe name starts with a dot, so report readers skip it.
-///
-/// # Errors
-/// [`InstallError::ReportDir`] when it cannot be created or opened (a path that is a file, for instance),
-/// [`InstallError::ReportDirNotWritable`] when no file can be created in it, [`InstallError::InvalidConfig`] for a
-/// path with a NUL byte.
-#[cfg(unix)]
-#[allow(unsafe_code)]
-pub(crate) fn open_report_dir(dir: &Path) -> Result<i32, InstallError> {
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| InstallError::ReportDir(e.to_string()))?;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| InstallError::InvalidConfig("report_dir contains a NUL byte"))?;
-    // SAFETY: `c` is NUL-terminated and outlives the call.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(InstallError::ReportDir(std::io::Error::last_os_error().to_string()));
-    }
-    if let Err(errno) = check_writable(fd) {
-        // SAFETY: closing the descriptor opened above.
-        unsafe { libc::close(fd) };
-        return Err(InstallError::ReportDirNotWritable { path: dir.to_path_buf(), errno });
-    }
-    Ok(fd)
-}
-
-/// Whether files can be created in directory `dir_fd` (see [`open_report_dir`]); `Err(errno)` when not.
-#[cfg(unix)]
-#[allow(unsafe_code)]
-fn check_writable(dir_fd: i32) -> Result<(), i32> {
-    let last_errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
-    // SAFETY: "." is a NUL-terminated literal; `dir_fd` is an open directory.
-    if unsafe { libc::faccessat(dir_fd, c".".as_ptr(), libc::W_OK | libc::X_OK, libc::AT_EACCESS) } != 0 {
-        return Err(last_errno());
-    }
-    let name =
-        std::ffi::CString::new(format!(".install-probe-{}.tmp", std::process::id())).map_err(|_| libc::EINVAL)?;
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
-    // Two attempts: a probe left by an earlier process with the same pid (killed between create and unlink) is
-    // removed once.
-    for _ in 0..2 {
-        // SAFETY: `name` is NUL-terminated and outlives the call.
-        let fd = unsafe { libc::openat(dir_fd, name.as_ptr(), flags, 0o600 as libc::c_uint) };
-        if fd >= 0 {
-            // SAFETY: closing and unlinking the probe file created just above.
-            unsafe {
-                libc::close(fd);
-                libc::unlinkat(dir_fd, name.as_ptr(), 0);
-            }
-            return Ok(());
-        }
-        let e = last_errno();
-        if e != libc::EEXIST {
-            return Err(e);
-        }
-        // SAFETY: as above; removing the stale probe.
-        unsafe { libc::unlinkat(dir_fd, name.as_ptr(), 0) };
-    }
-    Err(libc::EEXIST)
-}
-
-/// Runs, at install, the one-time lazy initialisation the crash path would otherwise trigger after a fault.
-///
-/// `crc32fast` (every report section carries its CRC-32) picks its implementation on each `hash` by CPU feature
-/// detection through std's `is_x86_feature_detected!` / `is_aarch64_feature_detected!`, whose first use fills a
-/// process-wide cache: about 100 µs on x86-64 (`cpuid`), and on arm64 a `getauxval` call, which on musl can take
-/// the dynamic loader's lock, or a read of `/proc/self/auxv` where `getauxval` is missing (which allocates). Hashing
-/// once here fills that cache, so the writer's first checksum after a fault is plain arithmetic.
-fn warm_up() {
-    core::hint::black_box(crc32fast::hash(core::hint::black_box(b"crash handler warm-up")));
-}
-
-/// Reserves [`crate::crash::writer::SPARE_FDS`] descriptors (`/dev/null`, read-only, close-on-exec; the root
-/// directory where `/dev/null` is missing) that the crash path closes when it runs out of descriptors (`EMFILE`), so
-/// the report file and `/proc/self/task` can still be opened. Best effort: a process already out of descriptors
-/// at install reserves fewer. A second install replaces the spares of the first.
-#[cfg(unix)]
-#[allow(unsafe_code)]
-fn reserve_spare_fds() {
-    for i in 0..crate::crash::writer::SPARE_FDS {
-        // SAFETY: NUL-terminated literal paths; the results are checked.
-        let fd = unsafe {
-            match libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) {
-                fd if fd >= 0 => fd,
-                _ => libc::open(c"/".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC),
-            }
-        };
-        if fd < 0 {
-            return;
-        }
-        crate::crash::writer::set_spare_fd(i, fd);
-    }
-}
+use crate::error::InstallError;
 
 /// Installs the crash handler.
 ///
@@ -207,14 +27,14 @@ fn reserve_spare_fds() {
 /// and starts the two exception threads; the image table is filled by dyld's add-image callback instead of
 /// `dl_iterate_phdr`, so `refresh_images` is not needed there.
 pub fn install(config: &Config) -> Result<(), InstallError> {
-    warm_up();
+    crate::prealloc::warm_up();
     #[cfg(target_os = "linux")]
     {
-        crate::platform::linux::install(config).inspect(|()| reserve_spare_fds())
+        crate::platform::linux::install(config).inspect(|()| crate::prealloc::reserve_spare_fds())
     }
     #[cfg(target_vendor = "apple")]
     {
-        crate::platform::darwin::install(config).inspect(|()| reserve_spare_fds())
+        crate::platform::darwin::install(config).inspect(|()| crate::prealloc::reserve_spare_fds())
     }
     #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
     {
@@ -233,11 +53,11 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
 pub fn uninstall() -> Result<(), InstallError> {
     #[cfg(target_os = "linux")]
     {
-        crate::platform::linux::uninstall().inspect(|()| while crate::crash::writer::release_spare_fd() {})
+        crate::platform::linux::uninstall().inspect(|()| crate::prealloc::release_spare_fds())
     }
     #[cfg(target_vendor = "apple")]
     {
-        crate::platform::darwin::uninstall().inspect(|()| while crate::crash::writer::release_spare_fd() {})
+        crate::platform::darwin::uninstall().inspect(|()| crate::prealloc::release_spare_fds())
     }
     #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
     {

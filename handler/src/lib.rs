@@ -5,9 +5,11 @@
 //! for runtimes that recover from faults on purpose; [`test_hooks`] for the
 //! crash-test client. Module map:
 //!
-//! - [`config`], [`install`] (install time: may allocate and lock);
-//! - [`crash`]: the platform-neutral crash-path core (thread table, image table, re-entrancy gate, report writer);
-//! - [`unwind`]: the pure frame-pointer walker over a [`unwind::MemoryReader`];
+//! - [`config`], [`error`], [`install`] and the private `prealloc` (install time: may allocate and lock);
+//! - [`crash`]: the platform-neutral crash-path core: the one crash sequence both backends run
+//!   ([`crash::capture`]), thread table, image table, re-entrancy gate, report writer;
+//! - [`unwind`]: the pure stack walker (DWARF CFI, frame pointers, a bounded scan) over a
+//!   [`unwind::MemoryReader`];
 //! - [`arch`]: pure register decoding (x86-64 `gregs`, arm64 `sigcontext`) and PAC stripping;
 //! - [`platform`]: OS backends (`platform::linux`: install, image snapshot, and its `crash/` signal handlers);
 //! - [`apple`], [`macho`]: pure Apple decoding, tested on every host.
@@ -21,9 +23,11 @@ pub mod config;
 // arithmetic; here that lint is on the modules that already meet it.
 #[cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 pub mod crash;
+pub mod error;
 pub mod install;
 pub mod macho;
 pub mod platform;
+mod prealloc;
 // The unwinder runs after a fault: no indexing, unwrapping, panicking or unchecked arithmetic (tests excepted).
 #[cfg_attr(
     not(test),
@@ -40,7 +44,8 @@ pub mod user_values;
 
 pub use config::Config;
 pub use crash::first_chance::{set_first_chance_handler, FirstChanceHandler};
-pub use install::{install, is_installed, refresh_images, uninstall, InstallError};
+pub use error::InstallError;
+pub use install::{install, is_installed, refresh_images, uninstall};
 
 /// Hooks for the crash-test client (allocation counting, a deliberate fault inside the handler). Not for
 /// production use.

@@ -14,8 +14,8 @@ pub enum CrashEvent {
     Start = 1,
     /// The report is written (or failed); previous handlers are about to be restored and the signal re-raised.
     BeforeReraise = 2,
-    /// The threads listed at crash start were asked to stop and answered (or were given up on); the thread list
-    /// is about to be read once more for threads created meanwhile (Linux).
+    /// The threads listed at crash start were stopped (Linux: asked to stop, and answered or were given up on; the
+    /// thread list is about to be read once more for threads created meanwhile. Apple: suspended).
     ThreadsStopped = 3,
 }
 
@@ -35,7 +35,6 @@ pub fn set_crash_hook(hook: Option<CrashHook>) {
 }
 
 /// Calls the hook, if one is set. Signal-safe.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the Darwin backend will call it too
 pub(crate) fn call(event: CrashEvent, tid: u64) {
     let h = HOOK.load(Ordering::Acquire);
     if h != 0 {
@@ -48,7 +47,19 @@ pub(crate) fn call(event: CrashEvent, tid: u64) {
 }
 
 /// Whether the test switch asks for a fault inside the handler.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn fault_requested() -> bool {
     FAULT_IN_HANDLER.load(Ordering::Acquire)
+}
+
+/// Faults on purpose (a write to an unmapped low address): what [`FAULT_IN_HANDLER`] asks for, to test the
+/// recursive-crash path. Never returns normally.
+#[inline(never)]
+pub(crate) fn deliberate_fault() {
+    let p = core::hint::black_box(16usize) as *mut u8;
+    #[allow(unsafe_code)]
+    // SAFETY: not sound by design: writes to an unmapped low address to fault inside the handler. Only reached
+    // when a test set `FAULT_IN_HANDLER`.
+    unsafe {
+        core::ptr::write_volatile(p, 1)
+    };
 }

@@ -1,6 +1,8 @@
 //! The platform-neutral crash-path core: everything here runs after a fault, so it never allocates, never takes a
 //! lock, never panics and calls only async-signal-safe functions (design.md §2).
 //!
+//! - [`capture`]: the crash sequence both backends run (stop the threads, write the report) and its data.
+//! - [`actions`]: the fatal signals, the actions they had at install, the re-raise rules.
 //! - [`reentrancy`]: which thread owns the crash; recursive and concurrent crashes.
 //! - [`threads`]: the preallocated thread table and the capture protocol stopped threads follow.
 //! - [`images`]: the preallocated image table (double-buffered for refreshes).
@@ -11,9 +13,14 @@
 //! - [`first_chance`]: the first-chance hook for runtimes that recover from faults.
 //! - [`hooks`]: test hooks (allocation counting, a deliberate fault inside the handler).
 //!
-//! The OS-specific crash-path code (signal handlers, stopping threads, reading memory) is in `platform/<os>/crash/`;
-//! the Apple backend drives these same pieces from its Mach exception server.
+//! The OS-specific crash-path code is in `platform/<os>/crash/`: how threads are stopped and their registers read,
+//! how memory is read, which images are mapped (each implements [`capture::Backend`]), and how the process leaves
+//! (re-raise, chaining to a previous handler, the Mach reply).
 
+#[cfg(unix)]
+pub mod actions;
+#[cfg(unix)]
+pub mod capture;
 pub mod first_chance;
 pub mod hooks;
 pub mod images;

@@ -59,7 +59,7 @@ pub mod images;
 
 use self::crash::mach::{self, FLAVORS};
 use self::crash::server::{self, Role};
-use self::crash::{CrashRecord, State, Text, FATAL_SIGNALS, MAX_MESSAGES, MESSAGE_BYTES, STATE};
+use self::crash::{State, MAX_MESSAGES, MESSAGE_BYTES, STATE};
 use crate::apple::dyld::{kinfo_proc_is_traced, task_vm_info_max_address, KINFO_PROC_SIZE, TASK_VM_INFO};
 use crate::apple::exc::{
     EXCEPTION_DEFAULT, EXCEPTION_STATE_IDENTITY_PROTECTED, EXC_MASK_ARITHMETIC, EXC_MASK_BAD_ACCESS,
@@ -69,12 +69,12 @@ use crate::apple::msg::{REPLY_BUFFER_SIZE, REQUEST_BUFFER_SIZE};
 use crate::apple::pac::{PacStrip, IOS_ARM64_VA_BITS, MACOS_ARM64_VA_BITS};
 use crate::apple::ports::{SavedPorts, EXC_TYPES_COUNT};
 use crate::config::Config;
-use crate::crash::images::{ImageEntry, ImageList, ImageTable};
+use crate::crash::actions::{SavedActions, FATAL_SIGNALS};
+use crate::crash::capture::{Core, Text};
+use crate::crash::images::ImageTable;
 use crate::crash::raw_buf::RawBuf;
-use crate::crash::threads::{ThreadSlot, ThreadTable};
-use crate::install::{leak_bytes, leak_slice, InstallError};
-use crate::unwind::Repeat;
-use core::cell::UnsafeCell;
+use crate::error::InstallError;
+use crate::prealloc::{self, leak_bytes, leak_slice};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use mach2::kern_return::KERN_SUCCESS;
 use mach2::mach_port::{mach_port_allocate, mach_port_insert_right, mach_port_mod_refs};
@@ -83,12 +83,6 @@ use mach2::port::{mach_port_t, MACH_PORT_NULL, MACH_PORT_RIGHT_RECEIVE};
 use mach2::task::{task_info, task_swap_exception_ports};
 use std::sync::Mutex;
 
-/// Bytes of one section's scratch buffer.
-const SCRATCH_BYTES: usize = 64 * 1024;
-/// Bytes of the file sink's write buffer.
-const WRITE_BUF_BYTES: usize = 64 * 1024;
-/// Repeat records per thread.
-const REPEATS: usize = 32;
 /// Stack of each exception thread, bytes.
 const EXC_THREAD_STACK: usize = 256 * 1024;
 
@@ -254,30 +248,6 @@ fn swap_ports(port: mach_port_t, mask: u32) -> Result<SavedPorts, InstallError> 
     Err(os_err("task_swap_exception_ports", last))
 }
 
-/// Maps `size` bytes plus a guard page below for an alternate signal stack; returns (base, size).
-fn map_stack(size: usize) -> Result<(usize, usize), InstallError> {
-    // SAFETY: sysconf has no preconditions.
-    let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
-    let size = size.div_ceil(page) * page;
-    // SAFETY: anonymous private mapping with no address hint; the result is checked.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            size + page,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANON,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(os_err("mmap of a signal stack", std::io::Error::last_os_error().raw_os_error().unwrap_or(0)));
-    }
-    // SAFETY: the first page of our own fresh mapping becomes the guard page.
-    unsafe { libc::mprotect(p, page, libc::PROT_NONE) };
-    Ok((p as usize + page, size))
-}
-
 /// Waits (at most 1 s) until the secondary exception thread has parked itself.
 fn wait_secondary_parked(st: &State) {
     for _ in 0..1000 {
@@ -310,37 +280,24 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         return Err(InstallError::AlreadyInstalled);
     }
     config.check()?;
-    let dir_fd = crate::install::open_report_dir(&config.report_dir)?;
+    let dir_fd = prealloc::open_report_dir(&config.report_dir)?;
     let close_dir = |e: InstallError| {
         // SAFETY: closing the descriptor opened above.
         unsafe { libc::close(dir_fd) };
         e
     };
 
-    let mk_list = || -> Result<ImageList, InstallError> {
-        Ok(ImageList::from_parts(
-            leak_slice(config.max_images, ImageEntry::default())?,
-            leak_slice(config.image_path_bytes, 0u8)?,
-        ))
-    };
-    let images: &'static ImageTable =
-        Box::leak(Box::new(ImageTable::new(mk_list().map_err(close_dir)?, mk_list().map_err(close_dir)?)));
+    let images: &'static ImageTable = Box::leak(Box::new(ImageTable::new(
+        prealloc::image_list(config).map_err(close_dir)?,
+        prealloc::image_list(config).map_err(close_dir)?,
+    )));
     images::start(images);
 
-    let slots: &'static [ThreadSlot] = {
-        let mut v = Vec::new();
-        v.try_reserve_exact(config.max_threads).map_err(|_| close_dir(InstallError::OutOfMemory))?;
-        v.extend((0..config.max_threads).map(|_| ThreadSlot::new()));
-        Vec::leak(v)
-    };
+    let threads = prealloc::thread_table(config).map_err(close_dir)?;
 
     // Everything that can fail is allocated before our port is registered: once it is, every later error path must
     // hand the exceptions back (a registered port without a server would leave a crashing thread waiting forever).
-    let scratch = leak_slice(SCRATCH_BYTES, 0u8).map_err(close_dir)?;
-    let write_buf = leak_slice(WRITE_BUF_BYTES, 0u8).map_err(close_dir)?;
-    let frames = leak_slice(config.max_frames, 0u64).map_err(close_dir)?;
-    let trust = leak_slice(config.max_frames, 0u8).map_err(close_dir)?;
-    let repeats = leak_slice(REPEATS, Repeat::default()).map_err(close_dir)?;
+    let writer_buffers = prealloc::writer_buffers(config).map_err(close_dir)?;
     let messages = leak_slice(MAX_MESSAGES * MESSAGE_BYTES, 0u8).map_err(close_dir)?;
     let suspended = leak_slice(config.max_threads, 0u32).map_err(close_dir)?;
     let words = |bytes: usize| bytes.div_ceil(4);
@@ -350,7 +307,7 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         let tx = leak_slice(words(REPLY_BUFFER_SIZE), 0u32).map_err(close_dir)?;
         buffers.push((rx, tx));
     }
-    let (alt_base, alt_size) = map_stack(config.alt_stack_size).map_err(close_dir)?;
+    let (alt_base, alt_size) = prealloc::map_stack(config.alt_stack_size).map_err(close_dir)?;
 
     let mut mask = EXC_MASK_BAD_ACCESS | EXC_MASK_BAD_INSTRUCTION | EXC_MASK_ARITHMETIC | EXC_MASK_BREAKPOINT;
     if debugger_attached() {
@@ -362,20 +319,11 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         Err(_) => (MACH_PORT_NULL, 0, SavedPorts::EMPTY),
     };
 
-    // SAFETY: an all-zero sigaction is a valid placeholder (SIG_DFL, empty mask); install overwrites them.
-    let zero_action: libc::sigaction = unsafe { core::mem::zeroed() };
     let state = State {
-        dir_fd,
-        threads: ThreadTable::new(slots),
+        core: Core::new(dir_fd, threads, text(config), writer_buffers),
         images,
-        scratch: RawBuf::new(scratch),
-        write_buf: RawBuf::new(write_buf),
-        frames: RawBuf::new(frames),
-        trust: RawBuf::new(trust),
-        repeats: RawBuf::new(repeats),
         messages: RawBuf::new(messages),
         suspended: RawBuf::new(suspended),
-        text: text(config),
         pac: pac_strip(),
         queue_label_offset: queue_label_offset(),
         exc_port,
@@ -384,15 +332,14 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         primary_port: AtomicU32::new(MACH_PORT_NULL),
         primary_tid: AtomicU64::new(0),
         secondary_port: AtomicU32::new(MACH_PORT_NULL),
-        prev_actions: [zero_action; 7],
+        // Read before our handlers are set: the state is complete, and never written again, once a handler can
+        // see it.
+        prev_actions: SavedActions::read(),
         reported: AtomicBool::new(false),
         done: AtomicBool::new(false),
-        record: UnsafeCell::new(CrashRecord::EMPTY),
     };
-    let state_ptr: *mut State = Box::into_raw(Box::new(state));
-    // SAFETY: just leaked; never freed.
-    let st: &'static State = unsafe { &*state_ptr };
-    STATE.store(state_ptr, Ordering::Release);
+    let st: &'static State = Box::leak(Box::new(state));
+    STATE.store(core::ptr::from_ref(st).cast_mut(), Ordering::Release);
 
     if exc_port != MACH_PORT_NULL {
         for (role, (rx, tx)) in [Role::Secondary, Role::Primary].into_iter().zip(buffers) {
@@ -413,8 +360,7 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         }
     }
 
-    // SAFETY: plain libc calls with valid in/out pointers; the handler has the SA_SIGINFO signature; the previous
-    // actions are written into the leaked state before any handler can read them for this signal.
+    // SAFETY: plain libc calls with valid in/out pointers; the handler has the SA_SIGINFO signature.
     let old_alt = unsafe {
         let mut old_alt: libc::stack_t = core::mem::zeroed();
         let new_alt = libc::stack_t { ss_sp: alt_base as *mut libc::c_void, ss_flags: 0, ss_size: alt_size };
@@ -423,9 +369,8 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         act.sa_sigaction = crash::signals::fatal_handler as *const () as usize;
         act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER;
         libc::sigemptyset(&mut act.sa_mask);
-        for (i, sig) in FATAL_SIGNALS.iter().enumerate() {
-            let slot = (*state_ptr).prev_actions.as_mut_ptr().add(i);
-            libc::sigaction(*sig, &act, slot);
+        for sig in FATAL_SIGNALS {
+            libc::sigaction(sig, &act, core::ptr::null_mut());
         }
         old_alt
     };
@@ -456,16 +401,14 @@ pub fn uninstall() -> Result<(), InstallError> {
     let st = inst.state;
     // SAFETY: restoring the actions saved at install, with valid pointers.
     unsafe {
-        for (sig, prev) in FATAL_SIGNALS.iter().zip(st.prev_actions.iter()) {
-            libc::sigaction(*sig, prev, core::ptr::null_mut());
-        }
+        st.prev_actions.restore_all();
         if server::own_port() == inst.installer {
             libc::sigaltstack(&inst.old_altstack, core::ptr::null_mut());
         }
     }
     stop_mach(st);
     // SAFETY: closing the directory opened at install.
-    unsafe { libc::close(st.dir_fd) };
+    unsafe { libc::close(st.core.dir_fd) };
     STATE.store(core::ptr::null_mut(), Ordering::Release);
     Ok(())
 }

@@ -38,7 +38,7 @@
 #![allow(unsafe_code)]
 
 use crate::crash::stack_bounds;
-use crate::install::InstallError;
+use crate::error::InstallError;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 

@@ -12,9 +12,10 @@
 //! **Type-checked only.**
 
 use super::mach::{self, FLAVORS};
-use super::{capture, state_none, wait_done, write, CrashRecord, Crashed, State, GATE};
+use super::{capture, state_none, wait_done, write_minimal, Crashed, State, GATE};
 use crate::apple::exc::{signal_for, Cpu, EXC_BAD_ACCESS, KERN_FAILURE};
 use crate::apple::msg::{encode_reply, parse_request, ExceptionRequest};
+use crate::crash::capture::CrashRecord;
 use crate::crash::reentrancy::Entry;
 use core::sync::atomic::Ordering;
 use mach2::kern_return::KERN_SUCCESS;
@@ -139,9 +140,9 @@ pub fn run(st: &'static State, role: Role, rx: &'static mut [u32], tx: &'static 
 fn record_from(req: &ExceptionRequest<'_>, tid: u64, st: &State) -> CrashRecord {
     let code0 = req.codes.first().copied().unwrap_or(0);
     let mut rec = CrashRecord {
-        exception: req.exception,
-        codes: req.codes,
-        code_count: req.code_count,
+        mach_exception: req.exception,
+        mach_codes: req.codes,
+        mach_code_count: req.code_count,
         signal: signal_for(cpu(), req.exception, code0).unwrap_or(0),
         si_code: 0,
         addr: (req.exception == EXC_BAD_ACCESS && req.code_count >= 2)
@@ -161,21 +162,21 @@ fn record_from(req: &ExceptionRequest<'_>, tid: u64, st: &State) -> CrashRecord 
 }
 
 /// Handles one request; returns the reply code (always `KERN_FAILURE`: we never resolve a crash).
-fn handle(st: &State, req: &ExceptionRequest<'_>) -> i32 {
+fn handle(st: &'static State, req: &ExceptionRequest<'_>) -> i32 {
     let tid = req.thread_id.or_else(|| req.thread_port.and_then(mach::identify).map(|(t, _)| t)).unwrap_or(0).max(1);
     let primary = st.primary_tid.load(Ordering::Acquire);
     if GATE.owner() != 0 && tid == primary {
         // The primary faulted while capturing: it is stopped in its own exception, so the record is ours now.
         // SAFETY: the record's owner (the primary) cannot run until we reply; nobody else touches the record.
-        let rec = unsafe { &mut *st.record.get() };
-        let _ = write(st, rec, b"", true);
+        let rec = unsafe { st.core.record() };
+        let _ = write_minimal(st, rec);
         finish(st);
         return KERN_FAILURE;
     }
     match GATE.enter(tid) {
         Entry::First => {
             // SAFETY: we won the gate: the record and the buffers are ours.
-            let rec = unsafe { &mut *st.record.get() };
+            let rec = unsafe { st.core.record() };
             *rec = record_from(req, tid, st);
             let _ =
                 capture(st, rec, Crashed { port: req.thread_port.unwrap_or(MACH_PORT_NULL), self_port: own_port() });
@@ -184,8 +185,8 @@ fn handle(st: &State, req: &ExceptionRequest<'_>) -> i32 {
         Entry::Recursive { .. } => {
             // The signal fallback's owner faulted inside its handler; it waits for our reply, so the record is ours.
             // SAFETY: as above: the owner is stopped in its exception until we reply.
-            let rec = unsafe { &mut *st.record.get() };
-            let _ = write(st, rec, b"", true);
+            let rec = unsafe { st.core.record() };
+            let _ = write_minimal(st, rec);
             finish(st);
         }
         Entry::Other { .. } => wait_done(st, OTHER_WAIT_MS),

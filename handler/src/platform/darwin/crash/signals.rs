@@ -12,9 +12,11 @@
 
 use super::mach::{self, FLAVORS};
 use super::server::own_port;
-use super::{capture, state, wait_done, write, CrashRecord, Crashed, State, FATAL_SIGNALS, GATE};
+use super::{capture, state, wait_done, write_minimal, Crashed, State, GATE};
 use crate::apple::exc::{exception_mask_for_signal, signal_fallback_captures, signal_is_user_sent};
 use crate::apple::state::mcontext64_parts;
+use crate::crash::actions::{self, FATAL_SIGNALS};
+use crate::crash::capture::CrashRecord;
 use crate::crash::reentrancy::Entry;
 use crate::crash::writer;
 use core::ffi::c_void;
@@ -28,31 +30,10 @@ fn set_errno(e: i32) {
     unsafe { *libc::__error() = e };
 }
 
-/// Restores the actions saved at install for every fatal signal.
-fn restore_previous(st: &State) {
-    for (sig, prev) in FATAL_SIGNALS.iter().zip(st.prev_actions.iter()) {
-        // SAFETY: `prev` is a sigaction saved by `sigaction` at install.
-        unsafe { libc::sigaction(*sig, prev, core::ptr::null_mut()) };
-    }
-}
-
-/// Sets the default action for `sig` and every fatal signal.
-fn reset_to_default(sig: i32) {
-    for s in FATAL_SIGNALS.iter().copied().chain(core::iter::once(sig)) {
-        // SAFETY: installing SIG_DFL with an empty mask; the struct is fully initialised.
-        unsafe {
-            let mut act: libc::sigaction = core::mem::zeroed();
-            act.sa_sigaction = libc::SIG_DFL;
-            libc::sigemptyset(&mut act.sa_mask);
-            libc::sigaction(s, &act, core::ptr::null_mut());
-        }
-    }
-}
-
-/// Re-sends `sig` to this thread when returning would not re-deliver it: signals sent by software and traps whose
-/// instruction is not re-executed (`SIGTRAP` after `brk`, `SIGSYS`, `SIGABRT`). Faults re-fault on return instead.
+/// Re-sends `sig` to this thread when returning would not re-deliver it (`actions::needs_reraise`): signals sent
+/// by software and traps whose instruction is not re-executed. Faults re-fault on return instead.
 fn reraise(sig: i32, code: i32) {
-    if signal_is_user_sent(code) || matches!(sig, libc::SIGTRAP | libc::SIGSYS | libc::SIGABRT) {
+    if actions::needs_reraise(sig, signal_is_user_sent(code)) {
         // SAFETY: pthread_kill on the calling thread with a valid signal number (async-signal-safe per POSIX).
         unsafe { libc::pthread_kill(libc::pthread_self(), sig) };
     }
@@ -60,7 +41,9 @@ fn reraise(sig: i32, code: i32) {
 
 /// Dies by `sig` with the default action.
 fn die(sig: i32) {
-    reset_to_default(sig);
+    for s in FATAL_SIGNALS.iter().copied().chain(core::iter::once(sig)) {
+        actions::set_default(s);
+    }
     // SAFETY: as in `reraise`.
     unsafe { libc::pthread_kill(libc::pthread_self(), sig) };
 }
@@ -110,7 +93,7 @@ pub unsafe extern "C" fn fatal_handler(sig: libc::c_int, info: *mut libc::siginf
         if GATE.owner() != 0 {
             wait_done(st, OTHER_WAIT_MS);
         }
-        restore_previous(st);
+        st.prev_actions.restore_all();
         reraise(sig, code);
         set_errno(saved_errno);
         return;
@@ -120,7 +103,7 @@ pub unsafe extern "C" fn fatal_handler(sig: libc::c_int, info: *mut libc::siginf
     match GATE.enter(tid) {
         Entry::First => {
             // SAFETY: we won the gate: the record and the buffers are ours.
-            let rec = unsafe { &mut *st.record.get() };
+            let rec = unsafe { st.core.record() };
             *rec = CrashRecord {
                 signal: sig,
                 si_code: code,
@@ -132,21 +115,21 @@ pub unsafe extern "C" fn fatal_handler(sig: libc::c_int, info: *mut libc::siginf
             };
             let _ = capture(st, rec, Crashed { port: me, self_port: me });
             st.done.store(true, Ordering::Release);
-            restore_previous(st);
+            st.prev_actions.restore_all();
             reraise(sig, code);
         }
         Entry::Recursive { depth: 1 } => {
             // A fault inside our own handler with the Mach path absent: minimal report, then die.
             // SAFETY: this thread owns the record (it won the gate at first entry).
-            let rec = unsafe { &mut *st.record.get() };
-            let _ = write(st, rec, b"", true);
+            let rec = unsafe { st.core.record() };
+            let _ = write_minimal(st, rec);
             st.done.store(true, Ordering::Release);
             die(rec.signal);
         }
         Entry::Recursive { .. } => die(sig),
         Entry::Other { .. } => {
             wait_done(st, OTHER_WAIT_MS);
-            restore_previous(st);
+            st.prev_actions.restore_all();
             reraise(sig, code);
         }
     }

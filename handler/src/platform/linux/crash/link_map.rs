@@ -507,25 +507,6 @@ pub fn append_missing(list: &mut ImageList, from: &ImageList) {
     }
 }
 
-/// Joins two META notes with `"; "` into `buf` (truncating at its end); returns the joined text. Signal-safe.
-pub fn join_notes<'a>(buf: &'a mut [u8], a: &'a [u8], b: &'a [u8]) -> &'a [u8] {
-    if a.is_empty() {
-        return b;
-    }
-    if b.is_empty() {
-        return a;
-    }
-    let mut n = 0usize;
-    for part in [a, b"; ", b] {
-        for &c in part {
-            let Some(slot) = buf.get_mut(n) else { return buf.get(..n).unwrap_or(&[]) };
-            *slot = c;
-            n = n.saturating_add(1);
-        }
-    }
-    buf.get(..n).unwrap_or(&[])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -999,14 +980,5 @@ mod tests {
         m.map(0x10_0000, vec![b'q'; 3 * 4096]);
         assert_eq!(read_c_str(&mut m, 0x10_0000, &mut buf[..100]), None);
         assert_eq!(read_c_str(&mut m, u64::MAX - 1, &mut buf), None);
-    }
-
-    #[test]
-    fn notes_join() {
-        let mut buf = [0u8; 16];
-        assert_eq!(join_notes(&mut buf, b"", b"b"), b"b");
-        assert_eq!(join_notes(&mut buf, b"a", b""), b"a");
-        assert_eq!(join_notes(&mut buf, b"ab", b"cd"), b"ab; cd");
-        assert_eq!(join_notes(&mut buf, b"0123456789", b"abcdefgh"), b"0123456789; abcd");
     }
 }

@@ -36,69 +36,33 @@ pub mod stack_switch;
 pub mod sys;
 pub mod tasks;
 
-use crate::arch::{RegisterValues, HOST_ARCH};
+use crate::crash::actions::{self, SavedActions, FATAL_SIGNALS};
+use crate::crash::capture::{self, Backend, Core, CrashRecord, Facts, NOTE_OVERFLOW};
 use crate::crash::first_chance;
 use crate::crash::hooks::{self, CrashEvent};
-use crate::crash::images::ImageTable;
+use crate::crash::images::{ImageList, ImageTable};
+use crate::crash::raw_buf::RawBuf;
 use crate::crash::reentrancy::{CrashGate, Entry, CAPTURING, CHAINING};
 use crate::crash::threads::{SlotData, ThreadTable, CAPTURED, PENDING, WRITING};
-use crate::crash::writer::{self, FdSink, ReportHead, ReportNames, WorkBuffers};
-use crate::unwind::{Repeat, WalkOptions};
+use crate::crash::writer::{self, ReportNames};
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicPtr, Ordering};
-use report_format::encode::{Exception, Meta, Os, Process};
 
-/// The fatal signals the handler catches. Source: `signal(7)` (default action "Core").
-pub const FATAL_SIGNALS: [i32; 7] =
-    [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGABRT, libc::SIGTRAP, libc::SIGSYS];
-
-pub use crate::crash::raw_buf::RawBuf;
-
-/// Text captured at install for the META section.
-#[derive(Debug, Default)]
-pub struct Text {
-    /// `uname -r`.
-    pub os_release: &'static [u8],
-    /// `uname -v`.
-    pub os_version: &'static [u8],
-    /// `uname -m`.
-    pub machine: &'static [u8],
-    /// Absolute executable path (`/proc/self/exe`).
-    pub exe_path: &'static [u8],
-    /// Executable file name.
-    pub exe_name: &'static [u8],
-    /// Application id.
-    pub app_id: &'static [u8],
-    /// Marketing version.
-    pub short_version: &'static [u8],
-    /// Build number.
-    pub build_version: &'static [u8],
-}
-
-/// What the owner saved at entry (survives a recursive crash, which overwrites the alternate stack).
+/// What the owner keeps about chaining to a previous handler (Linux only; beside the shared [`CrashRecord`]).
 #[derive(Clone, Copy, Debug)]
-pub struct CrashRecord {
-    /// Signal number.
-    pub signal: i32,
-    /// `si_code`.
-    pub code: i32,
-    /// Fault address (`si_addr`) for kernel-generated faults.
-    pub addr: Option<u64>,
-    /// Owner thread id.
-    pub tid: u64,
-    /// Owner registers from the `ucontext`.
-    pub regs: RegisterValues,
-    /// The temporary report file being written, so a recursive crash can remove it.
-    pub temp: Option<ReportNames>,
-    /// The report this crash committed (renamed aside if the process survives).
-    pub committed: Option<ReportNames>,
+pub struct ChainRecord {
     /// Stack range `[lo, hi]` the previous handler runs in while [`CHAINING`]: a signal whose interrupted stack
     /// pointer is inside it came from within the previous handler.
     pub chain_stack: (u64, u64),
     /// A fault the previous handler returned from without changing the context: if it comes back at once, it was
     /// not fixed.
     pub suspect: Option<Suspect>,
+}
+
+impl ChainRecord {
+    /// Nothing chained yet.
+    pub const EMPTY: ChainRecord = ChainRecord { chain_stack: (0, 0), suspect: None };
 }
 
 /// A survived fault that left the context unchanged (the previous handler fixed memory, or did nothing).
@@ -116,48 +80,21 @@ pub struct Suspect {
     pub names: ReportNames,
 }
 
-impl CrashRecord {
-    /// A record for nothing (install time).
-    pub const EMPTY: CrashRecord = CrashRecord {
-        signal: 0,
-        code: 0,
-        addr: None,
-        tid: 0,
-        regs: RegisterValues::EMPTY,
-        temp: None,
-        committed: None,
-        chain_stack: (0, 0),
-        suspect: None,
-    };
-}
-
-/// Everything the crash path needs, allocated at install and never freed.
+/// Everything the Linux crash path needs, allocated at install and never freed.
 #[derive(Debug)]
 pub struct State {
-    /// The report directory, opened at install.
-    pub dir_fd: i32,
+    /// What both backends share: report directory, thread table, META text, writer buffers, crash record.
+    pub core: Core,
     /// The reserved stop signal.
     pub stop_signal: i32,
     /// Owner's wait for answers, in nanoseconds.
     pub stop_timeout_ns: u64,
     /// Stopped threads' wait for release, in nanoseconds.
     pub release_timeout_ns: u64,
-    /// The thread table.
-    pub threads: ThreadTable,
-    /// The image table.
+    /// The install-time image table (`dl_iterate_phdr`; the fallback when the link map cannot be read).
     pub images: ImageTable,
     /// The crash-time image list, read from the loader's link map by the owner.
     pub crash_images: link_map::CrashImages,
-    /// Section scratch buffer.
-    pub scratch: RawBuf<u8>,
-    /// Write buffer of the file sink.
-    pub write_buf: RawBuf<u8>,
-    /// The reusable frame buffer.
-    pub frames: RawBuf<u64>,
-    /// How each frame was found, as long as `frames`.
-    pub trust: RawBuf<u8>,
-    /// Repeat records.
-    pub repeats: RawBuf<Repeat>,
     /// `getdents64` buffer.
     pub dirents: RawBuf<u8>,
     /// Page cache of the memory reader.
@@ -170,17 +107,15 @@ pub struct State {
     /// reaches it meanwhile nests below its frames instead of overwriting the live frame on the thread's own
     /// alternate stack.
     pub crash_stack: (usize, usize),
-    /// META text.
-    pub text: Text,
-    /// Actions replaced at install, in [`FATAL_SIGNALS`] order.
-    pub prev_fatal: [libc::sigaction; 7],
-    /// Action of the stop signal replaced at install.
+    /// Actions of the fatal signals found at install.
+    pub prev_fatal: SavedActions,
+    /// Action of the stop signal found at install.
     pub prev_stop: libc::sigaction,
-    /// Saved at crash entry.
-    pub record: UnsafeCell<CrashRecord>,
+    /// Chaining state, beside the shared record.
+    pub chain: UnsafeCell<ChainRecord>,
 }
 
-// SAFETY: after install the shared fields are read-only or atomics; `record` and the `RawBuf`s are used only by the
+// SAFETY: after install the shared fields are read-only or atomics; `chain` and the `RawBuf`s are used only by the
 // crash owner (the thread that won `GATE`), so no two threads access them at once.
 unsafe impl Sync for State {}
 // SAFETY: as above; the raw pointers refer to leaked static storage valid on every thread.
@@ -228,25 +163,16 @@ const CHAIN_STACK_GUESS: u64 = 8 << 20;
 
 /// Suffix of a report whose fault the process survived (kept aside; the reporter never uploads it as a crash).
 pub const RECOVERED_SUFFIX: &[u8] = b".recovered";
-const NOTE_OVERFLOW: &[u8] = b"some threads did not fit the thread table and are not in this report";
 const NOTE_NO_TASKS: &[u8] = b"/proc/self/task could not be read; only the crashed thread is reported";
-const NOTE_MINIMAL: &[u8] =
-    b"the crash handler itself faulted; this minimal report holds the original exception and the crashed thread's registers";
 
-/// Whether `sig` with `code` must be re-sent after the handler: user-sent signals (`si_code <= 0`, e.g. `abort()`)
-/// and traps whose instruction is not re-executed on return (`SIGTRAP` after `int3`/`brk`, `SIGSYS`). Faults
-/// (`SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE` from the kernel) re-fault on return instead. Pure.
-pub fn needs_reraise(sig: i32, code: i32) -> bool {
-    code <= 0 || matches!(sig, libc::SIGTRAP | libc::SIGSYS | libc::SIGABRT)
-}
-
-/// Whether `si_addr` is meaningful: a kernel-generated fault of a signal that sets it (`sigaction(2)`). Pure.
-pub fn has_fault_address(sig: i32, code: i32) -> bool {
-    code > 0 && matches!(sig, libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE | libc::SIGTRAP)
+/// Whether a signal with this `si_code` was sent by software (`kill`, `tgkill`, `sigqueue`, `abort()`): Linux
+/// gives those `si_code <= 0` (`SI_USER` 0, `SI_QUEUE` -1, `SI_TKILL` -6; `<asm-generic/siginfo.h>`). Pure.
+pub fn user_sent(code: i32) -> bool {
+    code <= 0
 }
 
 fn reraise(sig: i32, code: i32) {
-    if needs_reraise(sig, code) {
+    if actions::needs_reraise(sig, user_sent(code)) {
         let _ = sys::tgkill(sys::getpid(), sys::gettid(), sig);
     }
 }
@@ -337,7 +263,7 @@ pub unsafe extern "C" fn fatal_handler(sig: libc::c_int, info: *mut libc::siginf
             Entry::Recursive { depth } => {
                 if GATE.phase() == CHAINING {
                     // SAFETY: the gate says this thread owns the record.
-                    let (lo, hi) = unsafe { (*st.record.get()).chain_stack };
+                    let (lo, hi) = unsafe { (*st.chain.get()).chain_stack };
                     // SAFETY: `uc` is the kernel's ucontext for this signal (or null).
                     let sp = unsafe { context::registers(uc) }.walk_start().map_or(lo, |w| w.sp);
                     if (lo..=hi).contains(&sp) {
@@ -364,8 +290,8 @@ pub unsafe extern "C" fn fatal_handler(sig: libc::c_int, info: *mut libc::siginf
                             )
                         };
                     }
-                    // SAFETY: the record was written by this thread at first entry.
-                    let orig = unsafe { (*st.record.get()).signal };
+                    // SAFETY: the record was written by this thread at first entry; it is the owner.
+                    let orig = unsafe { st.core.record() }.signal;
                     die(orig);
                 } else {
                     die(sig);
@@ -400,8 +326,8 @@ pub unsafe extern "C" fn fatal_handler(sig: libc::c_int, info: *mut libc::siginf
 }
 
 /// What [`first_main`] works on, and what it decided.
-struct FirstArgs<'a> {
-    st: &'a State,
+struct FirstArgs {
+    st: &'static State,
     tid: u64,
     sig: i32,
     code: i32,
@@ -415,7 +341,7 @@ struct FirstArgs<'a> {
 /// write, then apply the previous action when it is `SIG_DFL`/`SIG_IGN`, or ask for [`chain`].
 extern "C" fn first_main(arg: *mut c_void) {
     // SAFETY: `arg` is the `FirstArgs` `fatal_handler` passed, alive until we return.
-    let a = unsafe { &mut *(arg as *mut FirstArgs<'_>) };
+    let a = unsafe { &mut *(arg as *mut FirstArgs) };
     let st = a.st;
     // Signals that reach us now (an asynchronous fatal one, a fault in the handler) nest on this stack.
     let old_alt = sys::swap_alt_stack(st.crash_stack.0, st.crash_stack.1);
@@ -426,89 +352,83 @@ extern "C" fn first_main(arg: *mut c_void) {
 }
 
 /// The body of [`first_main`].
-fn first_capture(a: &mut FirstArgs<'_>) {
+fn first_capture(a: &mut FirstArgs) {
     let (st, tid, sig, code, addr) = (a.st, a.tid, a.sig, a.code, a.addr);
     hooks::call(CrashEvent::Start, tid);
-    // SAFETY: only the owner uses the record, and we are the owner.
-    let rec = unsafe { &mut *st.record.get() };
+    // SAFETY: only the owner uses the records, and we are the owner.
+    let (rec, chained) = unsafe { (st.core.record(), &mut *st.chain.get()) };
     // SAFETY: `uc` is the kernel's ucontext for this signal (or null).
     let regs = unsafe { context::registers(a.uc) };
     let pc = regs.walk_start().map_or(0, |w| w.pc);
-    if let Some(s) = rec.suspect.take() {
+    if let Some(s) = chained.suspect.take() {
         if s.tid == tid && s.signal == sig && s.pc == pc && s.addr == addr && code > 0 {
             // The fault the previous handler "recovered" came straight back: it was not fixed. Its report is a
             // crash report after all; the previous handler had its chance, so die by the default action rather
             // than loop through it forever.
-            let _ = rename_report(st.dir_fd, &recovered_name(&s.names), s.names.final_name());
+            let _ = rename_report(st.core.dir_fd, &recovered_name(&s.names), s.names.final_name());
             hooks::call(CrashEvent::BeforeReraise, tid);
-            restore_previous(st);
+            st.prev_fatal.restore_all();
             die(sig);
             return;
         }
     }
     *rec = CrashRecord {
         signal: sig,
-        code,
-        addr: if has_fault_address(sig, code) { Some(addr) } else { None },
+        si_code: code,
+        addr: actions::has_fault_address(sig, user_sent(code)).then_some(addr),
         tid,
         regs,
         ..CrashRecord::EMPTY
     };
-    owner_main(st);
+    capture::run(&st.core, &mut Owner { st, pid: sys::getpid() }, rec);
     hooks::call(CrashEvent::BeforeReraise, tid);
-    if previous_function(st, sig).is_some() {
+    if st.prev_fatal.handler_function(sig).is_some() {
         a.chain = true;
         return;
     }
     // Default or ignored: the process dies by this signal. Restore its previous action (only this one: a thread
     // that faults with another signal now still enters our handler and waits for our end, never re-raising its
     // own first), release the threads, re-raise.
-    restore_only(st, sig);
+    st.prev_fatal.restore(sig);
     release_threads(st);
     reraise(sig, code);
-}
-
-/// The previous action of `sig` when it is a handler function (not `SIG_DFL`/`SIG_IGN`).
-fn previous_function(st: &State, sig: i32) -> Option<&libc::sigaction> {
-    let i = FATAL_SIGNALS.iter().position(|s| *s == sig)?;
-    st.prev_fatal.get(i).filter(|p| p.sa_sigaction != libc::SIG_DFL && p.sa_sigaction != libc::SIG_IGN)
 }
 
 /// Runs the previous handler function ourselves, on the signal stack (where the kernel would have run it), with
 /// our handlers still installed, and acts on what it decided (see the module documentation).
 #[inline(never)]
 fn chain(st: &State, tid: u64, sig: i32, addr: u64, info: *mut libc::siginfo_t, uc: *mut c_void) {
-    let Some(prev) = previous_function(st, sig) else { return };
+    let Some(prev) = st.prev_fatal.handler_function(sig) else { return };
     release_threads(st);
-    // SAFETY: only the owner uses the record, and we are the owner.
-    let rec = unsafe { &mut *st.record.get() };
+    // SAFETY: only the owner uses the records, and we are the owner.
+    let (rec, chained) = unsafe { (st.core.record(), &mut *st.chain.get()) };
     let here = 0u8;
     let hi = core::hint::black_box(core::ptr::addr_of!(here)) as u64;
     let lo = match sys::on_alt_stack() {
         Some((base, _)) => base as u64,
         None => hi.saturating_sub(CHAIN_STACK_GUESS),
     };
-    rec.chain_stack = (lo, hi);
+    chained.chain_stack = (lo, hi);
     GATE.set_phase(CHAINING);
     call_previous(prev, sig, info, uc);
-    let ours = sys::get_action(sig).is_some_and(|a| a.sa_sigaction == fatal_handler as *const () as usize);
+    let ours = actions::current(sig).is_some_and(|a| a.sa_sigaction == fatal_handler as *const () as usize);
     if !ours || sig == libc::SIGABRT {
         // It gave up: it installed another action to re-fault into (Rust std's handler, most SDKs), or this is
         // `abort()`, which ends the process after its handlers return. Leave the action it chose in place; the
         // other signals keep our handler, so a thread faulting now waits for this end.
         if ours {
-            restore_only(st, sig);
+            st.prev_fatal.restore(sig);
         }
         return;
     }
     // It returned and left our handler in place: it handled the signal. Keep the report aside, re-arm.
     if let Some(names) = rec.committed.take() {
-        if rename_report(st.dir_fd, names.final_name(), &recovered_name(&names)) {
+        if rename_report(st.core.dir_fd, names.final_name(), &recovered_name(&names)) {
             // SAFETY: `uc` is still the kernel's ucontext of this signal (the previous handler may have changed it).
             let after = unsafe { context::registers(uc) };
             if after == rec.regs {
                 let pc = after.walk_start().map_or(0, |w| w.pc);
-                rec.suspect = Some(Suspect { tid, signal: sig, pc, addr, names });
+                chained.suspect = Some(Suspect { tid, signal: sig, pc, addr, names });
             }
         }
     }
@@ -527,7 +447,7 @@ fn call_previous(prev: &libc::sigaction, sig: i32, info: *mut libc::siginfo_t, u
     if prev.sa_flags & libc::SA_RESETHAND != 0 {
         // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask.
         let dfl: libc::sigaction = unsafe { core::mem::zeroed() };
-        sys::set_action(sig, &dfl, None);
+        actions::set(sig, &dfl);
     }
     if prev.sa_flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the action was installed with SA_SIGINFO, so `sa_sigaction` is a three-argument handler.
@@ -549,7 +469,7 @@ fn call_previous(prev: &libc::sigaction, sig: i32, info: *mut libc::siginfo_t, u
 /// A signal raised inside the previous handler while chaining: it decided the process ends. Restore the previous
 /// actions and let this signal take its course (the report stands).
 fn previous_gave_up(st: &State, sig: i32, code: i32) {
-    restore_only(st, sig);
+    st.prev_fatal.restore(sig);
     reraise(sig, code);
 }
 
@@ -583,7 +503,7 @@ fn rename_report(dir_fd: i32, from: &[u8; 64], to: &[u8; 64]) -> bool {
 pub unsafe extern "C" fn stop_handler(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *mut c_void) {
     let saved_errno = writer::errno();
     if let Some(st) = state() {
-        let table = &st.threads;
+        let table = &st.core.threads;
         if let Some((_, mut w)) = table.claim(sys::gettid()) {
             let d = w.data();
             *d = SlotData::EMPTY;
@@ -606,7 +526,7 @@ pub unsafe extern "C" fn stop_handler(_sig: libc::c_int, _info: *mut libc::sigin
 /// its own), `false` when the wait ran out (then die by this thread's signal). It never re-raises on its own while
 /// the owner dies, so the owner's signal decides the exit.
 fn secondary(st: &State, tid: u64, uc: *mut c_void, owner: u64) -> bool {
-    let table = &st.threads;
+    let table = &st.core.threads;
     let deadline = sys::monotonic_ns().saturating_add(st.stop_timeout_ns);
     while !table.is_published() && GATE.owner() == owner && sys::monotonic_ns() < deadline {
         sys::sleep_ns(1_000_000);
@@ -642,7 +562,7 @@ fn wait_for_new_owner(st: &State, owner: u64) -> bool {
 /// Waits until the owner releases stopped threads (the release generation moves past `gen`) or the release
 /// timeout passes; `true` when released.
 fn wait_release(st: &State, gen: u32) -> bool {
-    let table = &st.threads;
+    let table = &st.core.threads;
     let deadline = sys::monotonic_ns().saturating_add(st.release_timeout_ns);
     loop {
         if table.release.load(Ordering::Acquire) != gen {
@@ -660,7 +580,7 @@ fn wait_release(st: &State, gen: u32) -> bool {
 /// every thread still pending is read; those that block the stop signal are read again [`BLOCK_CONFIRM_NS`] later
 /// and given up on if they still block it (they could never answer).
 fn wait_for_answers(st: &State) {
-    let table = &st.threads;
+    let table = &st.core.threads;
     let start = sys::monotonic_ns();
     let deadline = start.saturating_add(st.stop_timeout_ns);
     let first_at = start.saturating_add(BLOCK_PROBE_NS).min(deadline);
@@ -702,7 +622,7 @@ fn bit(bits: &[u64; BLOCK_BITS / 64], i: usize) -> bool {
 
 /// Remembers every pending thread whose `SigBlk` says it blocks the stop signal; `true` when there is one.
 fn note_blockers(st: &State, bits: &mut [u64; BLOCK_BITS / 64]) -> bool {
-    let table = &st.threads;
+    let table = &st.core.threads;
     let mut any = false;
     for i in 0..table.len().min(BLOCK_BITS) {
         let Some(s) = table.slot(i) else { continue };
@@ -718,7 +638,7 @@ fn note_blockers(st: &State, bits: &mut [u64; BLOCK_BITS / 64]) -> bool {
 
 /// Gives up on every pending thread that blocked the stop signal at the first read and still does.
 fn expire_blockers(st: &State, first: &[u64; BLOCK_BITS / 64]) {
-    let table = &st.threads;
+    let table = &st.core.threads;
     for i in 0..table.len().min(BLOCK_BITS) {
         let Some(s) = table.slot(i) else { continue };
         if bit(first, i) && s.state() == PENDING && tasks::blocks_signal(s.tid(), st.stop_signal) == Some(true) {
@@ -729,7 +649,7 @@ fn expire_blockers(st: &State, first: &[u64; BLOCK_BITS / 64]) {
 
 /// Sends the stop signal to every pending thread from slot `from` on; marks those it could not reach.
 fn stop_pending(st: &State, pid: i32, from: usize) {
-    let table = &st.threads;
+    let table = &st.core.threads;
     for i in from..table.len() {
         let Some(s) = table.slot(i) else { continue };
         if s.state() == PENDING {
@@ -740,199 +660,117 @@ fn stop_pending(st: &State, pid: i32, from: usize) {
     }
 }
 
-fn restore_previous(st: &State) {
-    for (sig, prev) in FATAL_SIGNALS.iter().zip(st.prev_fatal.iter()) {
-        sys::set_action(*sig, prev, None);
-    }
-}
-
-/// Restores the action saved at install for `sig` only.
-fn restore_only(st: &State, sig: i32) {
-    for (s, prev) in FATAL_SIGNALS.iter().zip(st.prev_fatal.iter()) {
-        if *s == sig {
-            sys::set_action(*s, prev, None);
-        }
-    }
-}
-
 fn release_threads(st: &State) {
-    st.threads.release_all();
-    sys::futex_wake(&st.threads.release, i32::MAX);
+    st.core.threads.release_all();
+    sys::futex_wake(&st.core.threads.release, i32::MAX);
 }
 
-fn report_id(tid: u64) -> [u8; 16] {
-    let mut id = [0u8; 16];
-    if !sys::getrandom(&mut id) {
-        let a = sys::realtime_ns() ^ sys::monotonic_ns().rotate_left(17);
-        let b = (tid << 32) ^ u64::from(sys::getpid() as u32) ^ a.rotate_left(29);
-        id[..8].copy_from_slice(&a.to_le_bytes());
-        id[8..].copy_from_slice(&b.to_le_bytes());
-    }
-    writer::set_uuid_v4_bits(&mut id);
-    id
+/// The Linux side of the shared crash sequence ([`capture::run`]): threads are stopped with the stop signal and
+/// answer with their own `ucontext` registers; memory is read with `process_vm_readv`; images come from the
+/// loader's link map.
+struct Owner {
+    st: &'static State,
+    pid: i32,
 }
 
-fn head<'a>(st: &'a State, rec: &CrashRecord, id: [u8; 16], pid: i32, note: &'a [u8]) -> ReportHead<'a> {
-    let t = &st.text;
-    ReportHead {
-        meta: Meta {
-            report_id: id,
-            capture_time_ns: sys::realtime_ns(),
-            handler_version: env!("CARGO_PKG_VERSION").as_bytes(),
-            arch: HOST_ARCH,
-            hardware_model: t.machine,
-            os: Os { name: b"Linux", version: t.os_release, build: t.os_version },
-            process: Process {
-                pid: Some(pid as u32),
-                parent_pid: Some(sys::getppid() as u32),
-                name: t.exe_name,
-                path: t.exe_path,
-                parent_name: b"",
-                bundle_id: t.app_id,
-                short_version: t.short_version,
-                build_version: t.build_version,
-                launch_time_ns: None,
-            },
-            note,
-            ..Meta::default()
-        },
-        exception: Exception {
-            signal: Some(rec.signal),
-            si_code: Some(rec.code),
-            fault_address: rec.addr,
-            ..Exception::default()
-        },
-        messages: &[],
-    }
-}
+impl Backend for Owner {
+    type Memory = memory::ProcessVmReader<'static>;
 
-/// Deliberately faults (the test switch of `crash::hooks`).
-#[inline(never)]
-fn deliberate_fault() {
-    let p = core::hint::black_box(16usize) as *mut u8;
-    // SAFETY: not sound by design: writes to an unmapped low address to fault inside the handler. Only reached
-    // when a test set `hooks::FAULT_IN_HANDLER`.
-    unsafe { core::ptr::write_volatile(p, 1) };
-}
-
-/// The owner's capture: stop the threads, walk, write; on the crash stack.
-fn owner_main(st: &State) {
-    // SAFETY: the owner is the only user of the record and the buffers.
-    let rec = unsafe { &mut *st.record.get() };
-    let pid = sys::getpid();
-    let table = &st.threads;
-    table.reset();
-    if let Some((_, mut w)) = table.add_owned(rec.tid) {
-        let d = w.data();
-        *d = SlotData::EMPTY;
-        d.regs = rec.regs;
-        d.crashed = true;
-        own_name(d);
-        w.publish(CAPTURED);
-    }
-    let mut overflow = 0usize;
-    // SAFETY: owner-only buffer.
-    let dirents = unsafe { st.dirents.get() };
-    let own = rec.tid;
-    let enumerated = tasks::for_each_thread(dirents, &mut |t| {
-        if t != own && table.add_pending(t).is_none() {
-            overflow += 1;
+    fn facts(&self) -> Facts {
+        let mut random = [0u8; 16];
+        Facts {
+            pid: self.pid as u32,
+            ppid: sys::getppid() as u32,
+            now_ns: sys::realtime_ns(),
+            monotonic_ns: sys::monotonic_ns(),
+            random: sys::getrandom(&mut random).then_some(random),
         }
-    })
-    .is_ok();
-    table.publish();
-    stop_pending(st, pid, 0);
-    wait_for_answers(st);
-    hooks::call(CrashEvent::ThreadsStopped, own);
-    // Threads created after the list was read (by threads not stopped yet, or not stoppable): read it once more
-    // and stop the newcomers. Threads created after this second read are not in the report.
-    if enumerated {
-        let from = table.len();
-        let _ = tasks::for_each_thread(dirents, &mut |t| {
-            if t != own && !table.contains(t) && table.add_pending(t).is_none() {
-                overflow += 1;
+    }
+
+    fn stop_threads(&mut self, table: &ThreadTable, rec: &mut CrashRecord) -> &'static [u8] {
+        let (st, pid, own) = (self.st, self.pid, rec.tid);
+        if let Some((_, mut w)) = table.add_owned(own) {
+            let d = w.data();
+            *d = SlotData::EMPTY;
+            d.regs = rec.regs;
+            d.crashed = true;
+            own_name(d);
+            w.publish(CAPTURED);
+        }
+        let mut overflow = 0usize;
+        // SAFETY: owner-only buffer.
+        let dirents = unsafe { st.dirents.get() };
+        let enumerated = tasks::for_each_thread(dirents, &mut |t| {
+            if t != own && table.add_pending(t).is_none() {
+                overflow = overflow.saturating_add(1);
             }
-        });
-        if table.len() > from {
-            stop_pending(st, pid, from);
-            wait_for_answers(st);
+        })
+        .is_ok();
+        table.publish();
+        stop_pending(st, pid, 0);
+        wait_for_answers(st);
+        hooks::call(CrashEvent::ThreadsStopped, own);
+        // Threads created after the list was read (by threads not stopped yet, or not stoppable): read it once
+        // more and stop the newcomers. Threads created after this second read are not in the report.
+        if enumerated {
+            let from = table.len();
+            let _ = tasks::for_each_thread(dirents, &mut |t| {
+                if t != own && !table.contains(t) && table.add_pending(t).is_none() {
+                    overflow = overflow.saturating_add(1);
+                }
+            });
+            if table.len() > from {
+                stop_pending(st, pid, from);
+                wait_for_answers(st);
+            }
         }
-    }
-    for i in 0..table.len() {
-        if table.slot(i).is_some_and(|s| s.state() == PENDING) {
-            table.expire(i, REASON_NO_ANSWER);
+        for i in 0..table.len() {
+            if table.slot(i).is_some_and(|s| s.state() == PENDING) {
+                table.expire(i, REASON_NO_ANSWER);
+            }
         }
-    }
-    // A thread caught between claiming and publishing gets a short, bounded grace period.
-    for _ in 0..100 {
-        if !table.used().iter().any(|s| s.state() == WRITING) {
-            break;
+        // A thread caught between claiming and publishing gets a short, bounded grace period.
+        for _ in 0..100 {
+            if !table.used().iter().any(|s| s.state() == WRITING) {
+                break;
+            }
+            sys::sleep_ns(100_000);
         }
-        sys::sleep_ns(100_000);
-    }
-    if hooks::fault_requested() {
-        deliberate_fault();
+        if !enumerated {
+            NOTE_NO_TASKS
+        } else if overflow > 0 {
+            NOTE_OVERFLOW
+        } else {
+            b""
+        }
     }
 
-    let note: &[u8] = if !enumerated {
-        NOTE_NO_TASKS
-    } else if overflow > 0 {
-        NOTE_OVERFLOW
-    } else {
-        b""
-    };
-    let id = report_id(rec.tid);
-    let names = ReportNames::new(&id);
-    if let Ok(fd) = writer::create_temp(st.dir_fd, &names) {
-        rec.temp = Some(names);
-        // SAFETY: owner-only buffers, distinct allocations.
-        let (write_buf, scratch, frames, trust, repeats, page) = unsafe {
-            (st.write_buf.get(), st.scratch.get(), st.frames.get(), st.trust.get(), st.repeats.get(), st.page.get())
-        };
-        let mut mem = memory::ProcessVmReader::new(pid, page).with_pipe(st.mem_pipe);
+    fn memory(&mut self) -> Self::Memory {
+        // SAFETY: owner-only buffer, used by this one reader for the rest of the capture.
+        let page = unsafe { self.st.page.get() };
+        memory::ProcessVmReader::new(self.pid, page).with_pipe(self.st.mem_pipe)
+    }
+
+    fn images(&mut self, mem: &mut Self::Memory) -> (&'static ImageList, &'static [u8]) {
         // Every image mapped now, from the loader's link map (the install snapshot if it cannot be read).
-        // SAFETY: the owner is the only user of the crash-time list.
-        let (images, image_note) = unsafe { st.crash_images.collect(&mut mem, st.images.current()) };
-        let mut note_buf = [0u8; 512];
-        let h = head(st, rec, id, pid, link_map::join_notes(&mut note_buf, note, image_note));
-        let mut bufs = WorkBuffers { scratch, frames, trust, repeats };
-        let sink = FdSink::new(fd, write_buf);
-        // On an error the sink flushes what it has when dropped; `commit` keeps the file only if its head is durable.
-        if let Ok(mut s) = writer::write_report(sink, &h, table, images, &mut mem, &WalkOptions::host(), &mut bufs) {
-            let _ = s.flush();
-        }
-        if writer::commit(st.dir_fd, fd, &names).is_ok() {
-            rec.committed = Some(names);
-        }
-        rec.temp = None;
+        // SAFETY: the owner is the only user of the crash-time list, and collects it once per report.
+        unsafe { self.st.crash_images.collect(mem, self.st.images.current()) }
+    }
+
+    fn installed_images(&self) -> &'static ImageList {
+        self.st.images.current()
     }
 }
 
 /// After a fault inside the handler: write a minimal report, on the crash stack.
 extern "C" fn minimal_main(arg: *mut c_void) {
     // SAFETY: `arg` is the `&'static State` passed by `fatal_handler`.
-    let st = unsafe { &*(arg as *const State) };
+    let st: &'static State = unsafe { &*(arg as *const State) };
     // SAFETY: the recursive owner is the only user of the record and the buffers (the outer use is abandoned).
-    let rec = unsafe { &mut *st.record.get() };
-    if let Some(old) = rec.temp.take() {
-        // SAFETY: the name is NUL-terminated; unlinking a stale temporary file of our own.
-        unsafe { libc::unlinkat(st.dir_fd, old.temp().as_ptr().cast(), 0) };
-    }
-    let pid = sys::getpid();
-    let id = report_id(rec.tid);
-    let names = ReportNames::new(&id);
-    if let Ok(fd) = writer::create_temp(st.dir_fd, &names) {
-        let h = head(st, rec, id, pid, NOTE_MINIMAL);
-        // SAFETY: owner-only buffers.
-        let (write_buf, scratch) = unsafe { (st.write_buf.get(), st.scratch.get()) };
-        let sink = FdSink::new(fd, write_buf);
-        if let Ok(mut s) = writer::write_minimal_report(sink, &h, rec.tid, &rec.regs, st.images.current(), scratch) {
-            let _ = s.flush();
-        }
-        let _ = writer::commit(st.dir_fd, fd, &names);
-    }
+    let rec = unsafe { st.core.record() };
+    let _ = capture::write_minimal(&st.core, &Owner { st, pid: sys::getpid() }, rec);
     hooks::call(CrashEvent::BeforeReraise, rec.tid);
-    restore_previous(st);
+    st.prev_fatal.restore_all();
     release_threads(st);
 }
 
@@ -941,14 +779,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reraise_rules() {
-        assert!(!needs_reraise(libc::SIGSEGV, 1));
-        assert!(!needs_reraise(libc::SIGFPE, 1));
-        assert!(needs_reraise(libc::SIGSEGV, libc::SI_USER));
-        assert!(needs_reraise(libc::SIGABRT, libc::SI_TKILL));
-        assert!(needs_reraise(libc::SIGTRAP, 0x80));
-        assert!(has_fault_address(libc::SIGSEGV, 2));
-        assert!(!has_fault_address(libc::SIGABRT, libc::SI_TKILL));
-        assert!(!has_fault_address(libc::SIGSEGV, libc::SI_USER));
+    fn user_sent_codes() {
+        assert!(!user_sent(1));
+        assert!(user_sent(libc::SI_USER));
+        assert!(user_sent(libc::SI_TKILL));
+        assert!(user_sent(libc::SI_QUEUE));
+        assert!(!user_sent(0x80)); // SI_KERNEL
     }
 }

@@ -108,14 +108,6 @@ pub fn thread_name(out: &mut [u8; 16]) {
     unsafe { libc::prctl(libc::PR_GET_NAME, out.as_mut_ptr() as libc::c_ulong, 0, 0, 0) };
 }
 
-/// Sets `sig`'s action to `act` (and returns the previous one in `old` when given); `sigaction` is
-/// async-signal-safe (POSIX.1-2017 §2.4.3).
-pub fn set_action(sig: i32, act: &libc::sigaction, old: Option<&mut libc::sigaction>) -> bool {
-    let old_ptr = old.map_or(core::ptr::null_mut(), |o| o as *mut libc::sigaction);
-    // SAFETY: `act` is a valid sigaction; `old_ptr` is null or a valid out-pointer.
-    unsafe { libc::sigaction(sig, act, old_ptr) == 0 }
-}
-
 /// Sets `sig` to its default action and unblocks it for the calling thread.
 pub fn reset_to_default(sig: i32) {
     // SAFETY: a zeroed sigaction with SIG_DFL is a valid argument; the sigset is initialised by sigemptyset.
@@ -128,15 +120,6 @@ pub fn reset_to_default(sig: i32) {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, sig);
         libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
-    }
-}
-
-/// The current action of `sig` (`sigaction(2)` with a null new action); `None` when the call failed.
-pub fn get_action(sig: i32) -> Option<libc::sigaction> {
-    // SAFETY: an all-zero sigaction is a valid out-value; a null new action only queries.
-    unsafe {
-        let mut cur: libc::sigaction = core::mem::zeroed();
-        (libc::sigaction(sig, core::ptr::null(), &mut cur) == 0).then_some(cur)
     }
 }
 

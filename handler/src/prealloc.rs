@@ -1,0 +1,230 @@
+//! Install-time preparation of everything the crash path uses: leaked buffers, signal stacks, the report directory,
+//! spare descriptors, lazy initialisation done ahead of time. These allocate and may lock; nothing here runs after a
+//! fault. Shared by both backends (`crate::platform::linux`, `crate::platform::darwin`).
+
+use crate::error::InstallError;
+use std::path::Path;
+
+/// A leaked, preallocated slice of `n` copies of `v` for the crash path (install time; never freed).
+///
+/// # Errors
+/// [`InstallError::OutOfMemory`] when the allocation fails.
+#[cfg(unix)]
+pub(crate) fn leak_slice<T: Clone>(n: usize, v: T) -> Result<&'static mut [T], InstallError> {
+    let mut vec = Vec::new();
+    vec.try_reserve_exact(n).map_err(|_| InstallError::OutOfMemory)?;
+    vec.resize(n, v);
+    Ok(Vec::leak(vec))
+}
+
+/// A leaked copy of `b` (install-time text the crash path reads).
+#[cfg(unix)]
+pub(crate) fn leak_bytes(b: &[u8]) -> &'static [u8] {
+    Vec::leak(b.to_vec())
+}
+
+/// Creates the report directory (with parents, mode 0700: reports hold memory contents of the app), opens it, and
+/// checks that files can be created in it; returns the directory descriptor the crash path writes into (report
+/// files are created 0600). Install time.
+///
+/// The check is `faccessat(".", W_OK | X_OK, AT_EACCESS)` (a clear `EACCES` / `EROFS` for the common cases)
+/// followed by a real probe: creating `.install-probe-<pid>.tmp` (`O_CREAT | O_EXCL`) and unlinking it. The probe
+/// is needed because `faccessat` answers "writable" where creation still fails: for root (which passes every mode
+/// check) on a pseudo file system such as `/sys`, on a read-only bind mount seen through some container runtimes,
+/// or under an LSM policy. The probe name starts with a dot, so report readers skip it.
+///
+/// # Errors
+/// [`InstallError::ReportDir`] when it cannot be created or opened (a path that is a file, for instance),
+/// [`InstallError::ReportDirNotWritable`] when no file can be created in it, [`InstallError::InvalidConfig`] for a
+/// path with a NUL byte.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+pub(crate) fn open_report_dir(dir: &Path) -> Result<i32, InstallError> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| InstallError::ReportDir(e.to_string()))?;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| InstallError::InvalidConfig("report_dir contains a NUL byte"))?;
+    // SAFETY: `c` is NUL-terminated and outlives the call.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(InstallError::ReportDir(std::io::Error::last_os_error().to_string()));
+    }
+    if let Err(errno) = check_writable(fd) {
+        // SAFETY: closing the descriptor opened above.
+        unsafe { libc::close(fd) };
+        return Err(InstallError::ReportDirNotWritable { path: dir.to_path_buf(), errno });
+    }
+    Ok(fd)
+}
+
+/// Whether files can be created in directory `dir_fd` (see [`open_report_dir`]); `Err(errno)` when not.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn check_writable(dir_fd: i32) -> Result<(), i32> {
+    let last_errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+    // SAFETY: "." is a NUL-terminated literal; `dir_fd` is an open directory.
+    if unsafe { libc::faccessat(dir_fd, c".".as_ptr(), libc::W_OK | libc::X_OK, libc::AT_EACCESS) } != 0 {
+        return Err(last_errno());
+    }
+    let name =
+        std::ffi::CString::new(format!(".install-probe-{}.tmp", std::process::id())).map_err(|_| libc::EINVAL)?;
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+    // Two attempts: a probe left by an earlier process with the same pid (killed between create and unlink) is
+    // removed once.
+    for _ in 0..2 {
+        // SAFETY: `name` is NUL-terminated and outlives the call.
+        let fd = unsafe { libc::openat(dir_fd, name.as_ptr(), flags, 0o600 as libc::c_uint) };
+        if fd >= 0 {
+            // SAFETY: closing and unlinking the probe file created just above.
+            unsafe {
+                libc::close(fd);
+                libc::unlinkat(dir_fd, name.as_ptr(), 0);
+            }
+            return Ok(());
+        }
+        let e = last_errno();
+        if e != libc::EEXIST {
+            return Err(e);
+        }
+        // SAFETY: as above; removing the stale probe.
+        unsafe { libc::unlinkat(dir_fd, name.as_ptr(), 0) };
+    }
+    Err(libc::EEXIST)
+}
+
+/// Runs, at install, the one-time lazy initialisation the crash path would otherwise trigger after a fault.
+///
+/// `crc32fast` (every report section carries its CRC-32) picks its implementation on each `hash` by CPU feature
+/// detection through std's `is_x86_feature_detected!` / `is_aarch64_feature_detected!`, whose first use fills a
+/// process-wide cache: about 100 µs on x86-64 (`cpuid`), and on arm64 a `getauxval` call, which on musl can take
+/// the dynamic loader's lock, or a read of `/proc/self/auxv` where `getauxval` is missing (which allocates). Hashing
+/// once here fills that cache, so the writer's first checksum after a fault is plain arithmetic.
+pub(crate) fn warm_up() {
+    core::hint::black_box(crc32fast::hash(core::hint::black_box(b"crash handler warm-up")));
+}
+
+/// Reserves [`crate::crash::writer::SPARE_FDS`] descriptors (`/dev/null`, read-only, close-on-exec; the root
+/// directory where `/dev/null` is missing) that the crash path closes when it runs out of descriptors (`EMFILE`), so
+/// the report file and `/proc/self/task` can still be opened. Best effort: a process already out of descriptors
+/// at install reserves fewer. A second install replaces the spares of the first.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+pub(crate) fn reserve_spare_fds() {
+    for i in 0..crate::crash::writer::SPARE_FDS {
+        // SAFETY: NUL-terminated literal paths; the results are checked.
+        let fd = unsafe {
+            match libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) {
+                fd if fd >= 0 => fd,
+                _ => libc::open(c"/".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC),
+            }
+        };
+        if fd < 0 {
+            return;
+        }
+        crate::crash::writer::set_spare_fd(i, fd);
+    }
+}
+
+/// Closes the spare descriptors [`reserve_spare_fds`] reserved (uninstall).
+#[cfg(unix)]
+pub(crate) fn release_spare_fds() {
+    while crate::crash::writer::release_spare_fd() {}
+}
+
+/// The page size (`sysconf(_SC_PAGESIZE)`: 4 KiB on x86-64, 4, 16 or 64 KiB on arm64 Linux, 16 KiB on Apple
+/// arm64), at least 4096.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(page).unwrap_or(4096).max(4096)
+}
+
+/// Maps a stack of at least `size` bytes (rounded up to whole pages) with one inaccessible guard page below it, for
+/// an alternate signal stack or the crash stack; returns `(base, size)`: the lowest usable address and the usable
+/// length in bytes (the top is `base + size`). Anonymous and private; on Linux also `MAP_NORESERVE`, so untouched
+/// pages cost no memory. Never freed (a handler may run on it at any time).
+///
+/// # Errors
+/// [`InstallError::Os`] when `mmap` or `mprotect` fails, [`InstallError::InvalidConfig`] when the size overflows.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+pub(crate) fn map_stack(size: usize) -> Result<(usize, usize), InstallError> {
+    let page = page_size();
+    let size = size
+        .checked_next_multiple_of(page)
+        .filter(|s| s.checked_add(page).is_some())
+        .ok_or(InstallError::InvalidConfig("stack size overflows"))?;
+    #[cfg(target_os = "linux")]
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+    #[cfg(not(target_os = "linux"))]
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANON;
+    let os_err = |what| InstallError::Os { what, errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0) };
+    // SAFETY: anonymous private mapping with no address hint; the result is checked.
+    let p = unsafe { libc::mmap(core::ptr::null_mut(), size + page, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(os_err("mmap of a signal stack"));
+    }
+    // SAFETY: the first page of our own fresh mapping becomes the guard page.
+    if unsafe { libc::mprotect(p, page, libc::PROT_NONE) } != 0 {
+        let e = os_err("mprotect of a signal stack's guard page");
+        // SAFETY: unmapping the mapping made above, which nothing else refers to yet.
+        unsafe { libc::munmap(p, size + page) };
+        return Err(e);
+    }
+    Ok((p as usize + page, size))
+}
+
+/// Bytes of the writer's section scratch buffer (one section's payload; 64 KiB is ample for a thread of
+/// `Config::max_frames` frames with its registers).
+pub(crate) const SCRATCH_BYTES: usize = 64 * 1024;
+/// Bytes of the file sink's write buffer.
+pub(crate) const WRITE_BUF_BYTES: usize = 64 * 1024;
+/// Repeat records per thread (recursion compressed by the walker).
+pub(crate) const REPEATS: usize = 32;
+
+/// The thread table: `config.max_threads` slots.
+///
+/// # Errors
+/// [`InstallError::OutOfMemory`].
+pub(crate) fn thread_table(config: &crate::config::Config) -> Result<crate::crash::threads::ThreadTable, InstallError> {
+    use crate::crash::threads::{ThreadSlot, ThreadTable};
+    let mut v = Vec::new();
+    v.try_reserve_exact(config.max_threads).map_err(|_| InstallError::OutOfMemory)?;
+    v.extend((0..config.max_threads).map(|_| ThreadSlot::new()));
+    Ok(ThreadTable::new(Vec::leak(v)))
+}
+
+/// An empty image list of `config.max_images` entries and `config.image_path_bytes` bytes of paths.
+///
+/// # Errors
+/// [`InstallError::OutOfMemory`].
+pub(crate) fn image_list(config: &crate::config::Config) -> Result<crate::crash::images::ImageList, InstallError> {
+    use crate::crash::images::{ImageEntry, ImageList};
+    Ok(ImageList::from_parts(
+        leak_slice(config.max_images, ImageEntry::default())?,
+        leak_slice(config.image_path_bytes, 0u8)?,
+    ))
+}
+
+/// The report writer's buffers: [`SCRATCH_BYTES`] + [`WRITE_BUF_BYTES`] bytes, `config.max_frames` frames and
+/// trust bytes, [`REPEATS`] repeat records.
+///
+/// # Errors
+/// [`InstallError::OutOfMemory`].
+pub(crate) fn writer_buffers(config: &crate::config::Config) -> Result<crate::crash::capture::Buffers, InstallError> {
+    use crate::crash::raw_buf::RawBuf;
+    Ok(crate::crash::capture::Buffers {
+        scratch: RawBuf::new(leak_slice(SCRATCH_BYTES, 0u8)?),
+        write_buf: RawBuf::new(leak_slice(WRITE_BUF_BYTES, 0u8)?),
+        frames: RawBuf::new(leak_slice(config.max_frames, 0u64)?),
+        trust: RawBuf::new(leak_slice(config.max_frames, 0u8)?),
+        repeats: RawBuf::new(leak_slice(REPEATS, crate::unwind::Repeat::default())?),
+    })
+}
