@@ -3,14 +3,14 @@
 use crate::error::InstallError;
 use std::path::PathBuf;
 
-/// Smallest thread table [`crate::install`] accepts.
+/// Smallest thread table [`crate::install()`] accepts.
 pub const MIN_THREADS: usize = 512;
-/// Smallest frame buffer (frames per thread) [`crate::install`] accepts.
+/// Smallest frame buffer (frames per thread) [`crate::install()`] accepts.
 pub const MIN_FRAMES: usize = 512;
-/// Smallest alternate signal stack [`crate::install`] accepts, in bytes.
+/// Smallest alternate signal stack [`crate::install()`] accepts, in bytes.
 pub const MIN_ALT_STACK: usize = 128 * 1024;
 
-/// What [`crate::install`] sets up. Build with [`Config::new`] and adjust fields.
+/// What [`crate::install()`] sets up. Build with [`Config::new`] and adjust fields.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// Directory reports are written to; created (with parents) when missing, opened at install.

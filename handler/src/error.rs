@@ -5,9 +5,9 @@ use std::fmt;
 /// Why install, uninstall or refresh failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InstallError {
-    /// [`install`] was called while the handler is installed. Call [`uninstall`] first.
+    /// [`install`](crate::install()) was called while the handler is installed. Call [`uninstall`](crate::uninstall()) first.
     AlreadyInstalled,
-    /// [`uninstall`] or [`refresh_images`] was called while the handler is not installed.
+    /// [`uninstall`](crate::uninstall()) or [`refresh_images`](crate::refresh_images()) was called while the handler is not installed.
     NotInstalled,
     /// A configuration value is out of range; the text names it.
     InvalidConfig(&'static str),

@@ -1,5 +1,5 @@
 //! The public install API: [`install`], [`uninstall`], [`refresh_images`]. Install time: these may allocate and
-//! lock; nothing here runs after a fault. The preparation itself is in [`crate::prealloc`], the backends in
+//! lock; nothing here runs after a fault. The preparation itself is in `crate::prealloc`, the backends in
 //! `crate::platform`.
 
 use crate::config::Config;

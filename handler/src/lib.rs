@@ -1,11 +1,11 @@
 //! Crash capture: signal handlers (Linux, and the fallback on Apple platforms) and the Mach exception server
 //! (Apple platforms).
 //!
-//! Public API: [`install`] / [`uninstall`] / [`refresh_images`] with a [`Config`]; [`set_first_chance_handler`]
+//! Public API: [`install()`] / [`uninstall()`] / [`refresh_images()`] with a [`Config`]; [`set_first_chance_handler`]
 //! for runtimes that recover from faults on purpose; [`test_hooks`] for the
 //! crash-test client. Module map:
 //!
-//! - [`config`], [`error`], [`install`] and the private `prealloc` (install time: may allocate and lock);
+//! - [`config`], [`error`], [`install`](mod@install) and the private `prealloc` (install time: may allocate and lock);
 //! - [`crash`]: the platform-neutral crash-path core: the one crash sequence both backends run
 //!   ([`crash::capture`]), thread table, image table, re-entrancy gate, report writer;
 //! - [`unwind`]: the pure stack walker (DWARF CFI, frame pointers, a bounded scan) over a

@@ -6,7 +6,7 @@
 //!
 //! - [`framing`]: header and section layout, constants, checksums (pure, allocation-free).
 //! - [`encode`]: the crash-time encoder. Never allocates, locks or panics; writes into caller-provided buffers.
-//! - [`decode`]: the launch-time decoder. Recovers every intact section of a damaged file and lists what is missing.
+//! - [`decode`](mod@decode): the launch-time decoder. Recovers every intact section of a damaged file and lists what is missing.
 //! - [`model`]: the decoded, owned report (also the stable JSON shape).
 //! - [`regs`]: register-set names and orders.
 //! - [`mach_names`]: names of the Mach codes the EXCEPTION section stores.

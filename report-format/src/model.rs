@@ -1,7 +1,7 @@
 //! The decoded report: owned, launch-time types (they allocate; never use them after a fault).
 //!
 //! `Serialize` gives the stable JSON shape that `viewer --format json` prints: descriptive snake_case keys, ids as
-//! lowercase hex strings. The on-disk keys are the short ones of `SCHEMA.md`; see [`crate::decode`].
+//! lowercase hex strings. The on-disk keys are the short ones of `SCHEMA.md`; see [`crate::decode()`].
 
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
 //! Renders crash reports as Apple's crash text, with symbolication.
 //!
-//! Two inputs, one model, one renderer: our own reports (decoded by [`report_format::decode`]) and Apple's `.ips`
+//! Two inputs, one model, one renderer: our own reports (decoded by [`report_format::decode()`]) and Apple's `.ips`
 //! files both map into [`crashlog::CrashLog`]; [`symbolicate::symbolicate`] fills frames from debug files found by
 //! [`symbols::SymbolStore`]; [`render::render`] prints the modern (iOS 15+/macOS 12+) or legacy layout exactly as
 //! `docs/apple-crash-format.md` describes.

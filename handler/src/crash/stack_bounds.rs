@@ -5,7 +5,7 @@
 //! through [`stack_bounds`], to bound a stack walk to the thread's own stack.
 //!
 //! The table is a fixed array of [`SLOTS`] entries in static storage (zero pages until used; nothing is allocated).
-//! Each entry is three atomics; its `tid` word is the publication flag: 0 free, [`CLAIMED`] while the owner writes
+//! Each entry is three atomics; its `tid` word is the publication flag: 0 free, `CLAIMED` while the owner writes
 //! the bounds, the thread id once they are valid. A reader checks the `tid` before and after reading the bounds,
 //! so an entry removed and reused meanwhile is never returned with another thread's bounds. Crash-path code:
 //! no allocation, no lock, no panic.

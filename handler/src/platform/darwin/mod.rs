@@ -273,7 +273,7 @@ fn wait_secondary_parked(st: &State) {
     }
 }
 
-/// Installs the handler. See [`crate::install`].
+/// Installs the handler. See [`crate::install()`].
 pub fn install(config: &Config) -> Result<(), InstallError> {
     let mut guard = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
     if guard.is_some() {

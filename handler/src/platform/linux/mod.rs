@@ -49,7 +49,7 @@ fn uname_text() -> (&'static [u8], &'static [u8], &'static [u8]) {
     }
 }
 
-/// Installs the handler. See [`crate::install`].
+/// Installs the handler. See [`crate::install()`].
 pub fn install(config: &Config) -> Result<(), InstallError> {
     let mut guard = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
     if guard.is_some() {
