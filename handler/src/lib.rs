@@ -16,19 +16,61 @@
 //!
 //! Crash-path code lives only in modules whose path contains `/crash/`, `/unwind/` or `/arch/`.
 
+// Pure decoding that runs after a fault (see `crash`).
+#[cfg_attr(
+    not(test),
+    deny(
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::arithmetic_side_effects
+    )
+)]
 pub mod apple;
+// Runs after a fault (see `crash`).
+#[cfg_attr(
+    not(test),
+    deny(
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::arithmetic_side_effects
+    )
+)]
 pub mod arch;
 pub mod config;
-// Runs after a fault: no indexing, unwrapping or panicking (tests excepted). The unwinder also denies unchecked
-// arithmetic; here that lint is on the modules that already meet it.
-#[cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+// Runs after a fault: no indexing, unwrapping, panicking or unchecked arithmetic (tests excepted). The same lints
+// are on every crash-path module: here, and on `platform::linux::crash` and `platform::darwin::crash`.
+#[cfg_attr(
+    not(test),
+    deny(
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::arithmetic_side_effects
+    )
+)]
 pub mod crash;
 pub mod error;
 pub mod install;
+// Pure Mach-O parsing, also run after a fault (see `crash`).
+#[cfg_attr(
+    not(test),
+    deny(
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::arithmetic_side_effects
+    )
+)]
 pub mod macho;
 pub mod platform;
 mod prealloc;
-// The unwinder runs after a fault: no indexing, unwrapping, panicking or unchecked arithmetic (tests excepted).
+// Runs after a fault (see `crash`).
 #[cfg_attr(
     not(test),
     deny(

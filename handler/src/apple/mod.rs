@@ -17,17 +17,6 @@
 //! exception server, signal fallback, dyld image table) is `crate::platform::darwin`, compiled only for Apple
 //! targets.
 
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::indexing_slicing,
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::arithmetic_side_effects
-    )
-)]
-
 pub mod crash_info;
 pub mod dyld;
 pub mod exc;

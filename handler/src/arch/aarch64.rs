@@ -64,13 +64,18 @@ pub fn find_esr(reserved: &[u8]) -> Option<u64> {
     let mut off = 0usize;
     // Each record is at least 8 bytes, so this bounds the loop.
     for _ in 0..(reserved.len() / 8) {
-        let magic = u32::from_ne_bytes(reserved.get(off..off + 4)?.try_into().ok()?);
-        let size = u32::from_ne_bytes(reserved.get(off + 4..off + 8)?.try_into().ok()?) as usize;
+        let word = |at: usize| -> Option<u32> {
+            let start = off.checked_add(at)?;
+            Some(u32::from_ne_bytes(reserved.get(start..start.checked_add(4)?)?.try_into().ok()?))
+        };
+        let magic = word(0)?;
+        let size = word(4)? as usize;
         if magic == 0 || size < 8 {
             return None;
         }
         if magic == ESR_MAGIC {
-            return Some(u64::from_ne_bytes(reserved.get(off + 8..off + 16)?.try_into().ok()?));
+            let start = off.checked_add(8)?;
+            return Some(u64::from_ne_bytes(reserved.get(start..start.checked_add(8)?)?.try_into().ok()?));
         }
         off = off.checked_add(size)?;
     }

@@ -81,8 +81,9 @@ pub fn from_gregs(g: &[u64; greg::COUNT]) -> RegisterValues {
     for (dst, src) in pairs {
         r.put(dst, at(src));
     }
+    // r8..r15 are consecutive in both numberings (small constants: no overflow).
     for k in 0..8 {
-        r.put(R8 + k, at(greg::R8 + k));
+        r.put(R8.wrapping_add(k), at(greg::R8.wrapping_add(k)));
     }
     r.put(RIP, at(greg::RIP));
     r.put(RFLAGS, at(greg::EFL));

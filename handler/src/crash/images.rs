@@ -131,12 +131,12 @@ impl ImageList {
             unwind: r.unwind,
         };
         self.arena_len = end;
-        self.count += 1;
+        self.count = self.count.saturating_add(1);
         true
     }
 
     fn drop_one(&mut self) -> bool {
-        self.dropped += 1;
+        self.dropped = self.dropped.saturating_add(1);
         false
     }
 
@@ -181,7 +181,7 @@ impl ImageList {
         match self.entry(i) {
             Some(e) => {
                 let s = e.path_off as usize;
-                self.arena.get(s..s + e.path_len as usize).unwrap_or(&[])
+                self.arena.get(s..s.saturating_add(e.path_len as usize)).unwrap_or(&[])
             }
             None => &[],
         }
@@ -209,8 +209,9 @@ impl ImageList {
 
     /// Index of the image whose text range holds `addr`.
     pub fn find(&self, addr: u64) -> Option<usize> {
-        (0..self.count)
-            .find(|&i| self.entry(i).is_some_and(|e| addr >= e.load_address && addr - e.load_address < e.size.max(1)))
+        (0..self.count).find(|&i| {
+            self.entry(i).is_some_and(|e| addr.checked_sub(e.load_address).is_some_and(|d| d < e.size.max(1)))
+        })
     }
 }
 

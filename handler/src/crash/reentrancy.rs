@@ -54,7 +54,9 @@ impl CrashGate {
                 self.phase.store(CAPTURING, Ordering::Release);
                 Entry::First
             }
-            Err(t) if t == tid => Entry::Recursive { depth: self.depth.fetch_add(1, Ordering::AcqRel) + 1 },
+            Err(t) if t == tid => {
+                Entry::Recursive { depth: self.depth.fetch_add(1, Ordering::AcqRel).saturating_add(1) }
+            }
             Err(t) => Entry::Other { owner: t },
         }
     }

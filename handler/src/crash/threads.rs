@@ -241,7 +241,7 @@ impl ThreadTable {
         let s = self.slots.get(i)?;
         s.tid.store(tid, Ordering::Release);
         s.state.store(PENDING, Ordering::Release);
-        self.count.store(i + 1, Ordering::Release);
+        self.count.store(i.saturating_add(1), Ordering::Release);
         Some(i)
     }
 
@@ -251,7 +251,7 @@ impl ThreadTable {
         let s = self.slots.get(i)?;
         s.tid.store(tid, Ordering::Release);
         s.state.store(WRITING, Ordering::Release);
-        self.count.store(i + 1, Ordering::Release);
+        self.count.store(i.saturating_add(1), Ordering::Release);
         Some((i, SlotWriter { slot: s }))
     }
 

@@ -79,7 +79,7 @@ impl Snapshot {
                 if slot.seq.load(Ordering::Relaxed) == s1 {
                     if lk > 0 {
                         *dst = (lk, lv);
-                        self.n += 1;
+                        self.n = self.n.saturating_add(1);
                     }
                     break;
                 }
@@ -94,7 +94,7 @@ impl Snapshot {
         for ((k, v), (lk, lv)) in self.keys.iter().zip(self.values.iter()).zip(self.lens.iter()).take(self.n) {
             if let Some(o) = out.get_mut(i) {
                 *o = KeyValue { key: k.get(..*lk).unwrap_or(&[]), value: v.get(..*lv).unwrap_or(&[]) };
-                i += 1;
+                i = i.saturating_add(1);
             }
         }
         out.get(..i).unwrap_or(&[])

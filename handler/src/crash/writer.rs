@@ -57,7 +57,7 @@ fn write_fully(fd: i32, mut data: &[u8]) -> Result<(), SinkError> {
         if r < 0 {
             let e = errno();
             if e == libc::EINTR && eintr < 1000 {
-                eintr += 1;
+                eintr = eintr.saturating_add(1);
                 continue;
             }
             return Err(SinkError::Os(e));
@@ -96,10 +96,10 @@ impl Sink for FdSink<'_> {
             self.flush()?;
             return write_fully(self.fd, bytes);
         }
-        if self.len + bytes.len() > self.buf.len() {
+        if self.len.saturating_add(bytes.len()) > self.buf.len() {
             self.flush()?;
         }
-        let end = self.len + bytes.len();
+        let end = self.len.checked_add(bytes.len()).ok_or(SinkError::Full)?;
         let dst = self.buf.get_mut(self.len..end).ok_or(SinkError::Full)?;
         dst.copy_from_slice(bytes);
         self.len = end;
@@ -125,10 +125,8 @@ impl ReportNames {
     pub fn new(id: &[u8; 16]) -> Self {
         let mut hex = [0u8; 32];
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        for (i, b) in id.iter().enumerate() {
-            if let (Some(pair), Some(&hi), Some(&lo)) =
-                (hex.get_mut(2 * i..2 * i + 2), DIGITS.get(usize::from(b >> 4)), DIGITS.get(usize::from(b & 15)))
-            {
+        for (pair, b) in hex.chunks_exact_mut(2).zip(id.iter()) {
+            if let (Some(&hi), Some(&lo)) = (DIGITS.get(usize::from(b >> 4)), DIGITS.get(usize::from(b & 15))) {
                 pair.copy_from_slice(&[hi, lo]);
             }
         }
@@ -155,13 +153,13 @@ fn concat(out: &mut [u8; 64], parts: &[&[u8]]) {
     let mut n = 0usize;
     for p in parts {
         for b in p.iter() {
-            if n + 1 >= out.len() {
+            if n.saturating_add(1) >= out.len() {
                 return;
             }
             if let Some(d) = out.get_mut(n) {
                 *d = *b;
             }
-            n += 1;
+            n = n.saturating_add(1);
         }
     }
 }
@@ -454,10 +452,10 @@ fn write_images<S: Sink>(enc: &mut Encoder<'_, S>, images: &ImageList) -> Result
         let mut chunk = [Image::default(); CHUNK];
         let mut n = 0usize;
         for (k, slot) in chunk.iter_mut().enumerate() {
-            match images.image(i + k) {
+            match images.image(i.saturating_add(k)) {
                 Some(img) => {
                     *slot = img;
-                    n += 1;
+                    n = n.saturating_add(1);
                 }
                 None => break,
             }
@@ -466,7 +464,7 @@ fn write_images<S: Sink>(enc: &mut Encoder<'_, S>, images: &ImageList) -> Result
             break;
         }
         enc.images(i as u32, chunk.get(..n).unwrap_or(&[]))?;
-        i += n;
+        i = i.saturating_add(n);
     }
     Ok(())
 }

@@ -13,17 +13,6 @@
 //! Every read goes through `.get()`-based helpers and checked arithmetic; malformed input gives an [`Error`], never a
 //! panic. Nothing here allocates, locks or formats.
 
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::indexing_slicing,
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::arithmetic_side_effects
-    )
-)]
-
 pub(crate) mod bytes;
 pub mod consts;
 mod fat;

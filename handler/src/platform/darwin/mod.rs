@@ -51,8 +51,18 @@
 //! pointers are walked by frame pointers only (no compact unwind yet); exceptions we do not register
 //! (`EXC_RESOURCE`, `EXC_GUARD`, `EXC_CRASH` after `abort()`) are not captured by the Mach path.
 #![allow(unsafe_code)]
-#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+// Runs after a fault: the crash-path lints (see `crate::crash`).
+#[cfg_attr(
+    not(test),
+    deny(
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::arithmetic_side_effects
+    )
+)]
 pub mod crash;
 pub(crate) mod ffi;
 pub mod images;

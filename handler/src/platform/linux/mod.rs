@@ -2,9 +2,17 @@
 //! path in [`crash`].
 #![allow(unsafe_code)]
 
-// Runs after a fault: no indexing, unwrapping or panicking (tests excepted). The unwinder also denies unchecked
-// arithmetic; here that lint is on the modules that already meet it.
-#[cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+// Runs after a fault: the crash-path lints (see `crate::crash`).
+#[cfg_attr(
+    not(test),
+    deny(
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::arithmetic_side_effects
+    )
+)]
 pub mod crash;
 pub mod images;
 pub mod threads;

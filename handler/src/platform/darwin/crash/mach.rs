@@ -176,13 +176,13 @@ pub fn name(port: mach_port_t, out: &mut [u8; 64]) -> usize {
     if kr != KERN_SUCCESS {
         return 0;
     }
-    let mut n = 0;
+    let mut n = 0usize;
     for (dst, c) in out.iter_mut().zip(info.pth_name.iter()) {
         if *c == 0 {
             break;
         }
         *dst = *c as u8;
-        n += 1;
+        n = n.saturating_add(1);
     }
     n
 }

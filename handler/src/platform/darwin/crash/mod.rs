@@ -147,7 +147,7 @@ fn crash_messages<'b>(st: &'b State, reader: &mach::TaskReader, buf: &'b mut [u8
             let text: &'b [u8] = chunk;
             if let (Some(slot), Some(text)) = (out.get_mut(n), text.get(..r.len)) {
                 *slot = Message { source, text };
-                n += 1;
+                n = n.saturating_add(1);
             }
         }
     }

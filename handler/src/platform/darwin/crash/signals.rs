@@ -61,7 +61,7 @@ unsafe fn registers(uc: *mut c_void, st: &State) -> crate::arch::RegisterValues 
         return crate::arch::RegisterValues::EMPTY;
     }
     let (_, thread_words, _, _) = FLAVORS;
-    let n = crate::apple::state::MCONTEXT64_EXCEPTION_WORDS + thread_words;
+    let n = crate::apple::state::MCONTEXT64_EXCEPTION_WORDS.saturating_add(thread_words);
     // SAFETY: `uc_mcontext` points to the kernel-written `__darwin_mcontext64` on this signal's stack, which starts
     // with the exception state (4 words) and the thread state (`thread_words` words), so `n` words are readable.
     let words = unsafe { core::slice::from_raw_parts(mc.cast::<u32>(), n) };

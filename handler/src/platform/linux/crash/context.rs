@@ -29,10 +29,11 @@ pub unsafe fn registers(uc: *const libc::c_void) -> RegisterValues {
         let mc = &uc.uc_mcontext;
         // `__reserved` (4096 bytes, private in the libc crate) is the tail of mcontext_t (Linux
         // arch/arm64/include/uapi/asm/sigcontext.h: `__u8 __reserved[4096] __attribute__((__aligned__(16)))`).
-        let size = core::mem::size_of::<libc::mcontext_t>();
+        const RESERVED: usize = 4096;
+        const OFFSET: usize = core::mem::size_of::<libc::mcontext_t>() - RESERVED;
         // SAFETY: the last 4096 bytes of the mcontext_t are `__reserved`, inside the same live object.
         let reserved =
-            unsafe { core::slice::from_raw_parts((mc as *const libc::mcontext_t as *const u8).add(size - 4096), 4096) };
+            unsafe { core::slice::from_raw_parts((mc as *const libc::mcontext_t as *const u8).add(OFFSET), RESERVED) };
         crate::arch::aarch64::from_sigcontext(&crate::arch::aarch64::SigContext {
             fault_address: mc.fault_address,
             regs: mc.regs,

@@ -5,16 +5,6 @@
 //! Everything here is pure, bounds-checked, allocation-free and signal-safe: byte slices in, values out. 64-bit
 //! ELF only (the backends are x86_64 and arm64). Layouts and constants: glibc `elf.h`, the System V gABI (ELF-64
 //! Object File Format 1.5) and, for the GNU extensions, LSB 5.0 Core §10.
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::indexing_slicing,
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::arithmetic_side_effects
-    )
-)]
 
 use crate::unwind::UnwindSections;
 

@@ -26,16 +26,6 @@
 //!
 //! Crash path: no allocation, no lock, no panic, no formatting; signal-safe.
 #![allow(unsafe_code)]
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::indexing_slicing,
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::arithmetic_side_effects
-    )
-)]
 
 use super::elf::{self, Ehdr, Phdr, PhdrSummary, EHDR_SIZE, PHDR_SIZE};
 use crate::crash::images::{ImageList, ImageRecord};

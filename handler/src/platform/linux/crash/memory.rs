@@ -11,7 +11,6 @@
 //! Every address computation is checked: a garbage stack pointer near 2^64 is refused, never wrapped (a wrap would
 //! read the wrong memory in release builds and panic in debug builds).
 #![allow(unsafe_code)]
-#![deny(clippy::arithmetic_side_effects, clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
 
 use crate::unwind::MemoryReader;
 

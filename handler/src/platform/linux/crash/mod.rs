@@ -572,7 +572,7 @@ fn wait_release(st: &State, gen: u32) -> bool {
         if now >= deadline {
             return false;
         }
-        sys::futex_wait(&table.release, gen, (deadline - now).min(100_000_000));
+        sys::futex_wait(&table.release, gen, deadline.saturating_sub(now).min(100_000_000));
     }
 }
 

@@ -11,33 +11,25 @@ const NAME_OFF: usize = 19;
 
 /// Calls `f` with every numeric entry name in a `getdents64` buffer. Pure; bounds-checked.
 pub fn parse_dirents(buf: &[u8], f: &mut dyn FnMut(u64)) {
-    let mut off = 0usize;
-    while off + NAME_OFF <= buf.len() {
-        let reclen = match buf.get(off + RECLEN_OFF..off + RECLEN_OFF + 2) {
-            Some(&[a, b]) => usize::from(u16::from_ne_bytes([a, b])),
-            Some(_) => return,
+    // Each record: `d_reclen` at RECLEN_OFF, the NUL-terminated name from NAME_OFF to the record's end.
+    let mut rest = buf;
+    while rest.len() >= NAME_OFF {
+        let reclen = match rest.get(RECLEN_OFF..).and_then(|r| r.first_chunk::<2>()) {
+            Some(&bytes) => usize::from(u16::from_ne_bytes(bytes)),
             None => return,
         };
-        if reclen < NAME_OFF || off + reclen > buf.len() {
+        if reclen < NAME_OFF {
             return;
         }
-        let name = buf.get(off + NAME_OFF..off + reclen).unwrap_or(&[]);
-        let mut v: u64 = 0;
-        let mut digits = 0;
-        for b in name {
-            match b {
-                b'0'..=b'9' => {
-                    v = v.saturating_mul(10).saturating_add(u64::from(b - b'0'));
-                    digits += 1;
-                }
-                _ => break,
-            }
-        }
+        let (Some(record), Some(next)) = (rest.get(..reclen), rest.get(reclen..)) else { return };
+        let name = record.get(NAME_OFF..).unwrap_or(&[]);
+        let digits = name.iter().take_while(|b| b.is_ascii_digit()).count();
+        let v = name.iter().take(digits).fold(0u64, |v, b| v.saturating_mul(10).saturating_add(u64::from(b & 0x0f)));
         // Names are NUL-terminated; "." and ".." have no digits.
         if digits > 0 && name.get(digits) == Some(&0) {
             f(v);
         }
-        off += reclen;
+        rest = next;
     }
 }
 
@@ -83,7 +75,7 @@ pub fn sigblk_has(status: &[u8], sig: i32) -> Option<bool> {
             end?;
             break line.get(KEY.len()..)?;
         }
-        start = start.checked_add(end? + 1)?;
+        start = start.checked_add(end?.checked_add(1)?)?;
     };
     let digits = line.iter().position(|b| !b.is_ascii_whitespace()).and_then(|i| line.get(i..))?;
     let n = digits.iter().take_while(|b| b.is_ascii_hexdigit()).count();
@@ -105,8 +97,9 @@ pub fn blocks_signal(tid: u64, sig: i32) -> Option<bool> {
     let mut n = 0usize;
     loop {
         let slot = digits.get_mut(n)?;
-        *slot = b'0' + (v % 10) as u8;
-        n += 1;
+        // `v % 10` is below 10, so the sum is an ASCII digit.
+        *slot = b'0'.wrapping_add((v % 10) as u8);
+        n = n.saturating_add(1);
         v /= 10;
         if v == 0 {
             break;
