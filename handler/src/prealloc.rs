@@ -201,7 +201,8 @@ pub(crate) fn thread_table(config: &crate::config::Config) -> Result<crate::cras
     Ok(ThreadTable::new(Vec::leak(v)))
 }
 
-/// An empty image list of `config.max_images` entries and `config.image_path_bytes` bytes of paths.
+/// An empty image list of `config.max_images` entries (and as many 4-byte address-order indices) and
+/// `config.image_path_bytes` bytes of paths.
 ///
 /// # Errors
 /// [`InstallError::OutOfMemory`].
@@ -210,6 +211,7 @@ pub(crate) fn image_list(config: &crate::config::Config) -> Result<crate::crash:
     Ok(ImageList::from_parts(
         leak_slice(config.max_images, ImageEntry::default())?,
         leak_slice(config.image_path_bytes, 0u8)?,
+        leak_slice(config.max_images, 0u32)?,
     ))
 }
 

@@ -29,7 +29,11 @@ struct Walked {
 }
 
 fn images() -> ImageList {
-    let mut list = ImageList::from_parts(Vec::leak(vec![ImageEntry::default(); 512]), Vec::leak(vec![0u8; 1 << 17]));
+    let mut list = ImageList::from_parts(
+        Vec::leak(vec![ImageEntry::default(); 512]),
+        Vec::leak(vec![0u8; 1 << 17]),
+        Vec::leak(vec![0u32; 512]),
+    );
     let exe = std::fs::read_link("/proc/self/exe").expect("exe");
     snapshot(&mut list, exe.as_os_str().as_encoded_bytes());
     list

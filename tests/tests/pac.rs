@@ -84,7 +84,11 @@ fn innermost() -> Sample {
     let rec1_ret = mem.read_u64(rec0[0] + 8).expect("caller's saved lr");
     // The walk as the crash path does it: the fault-proof reader (its pipe fallback under qemu-user) and the
     // image table with each image's unwind tables.
-    let mut images = ImageList::from_parts(Vec::leak(vec![ImageEntry::default(); 512]), Vec::leak(vec![0u8; 1 << 17]));
+    let mut images = ImageList::from_parts(
+        Vec::leak(vec![ImageEntry::default(); 512]),
+        Vec::leak(vec![0u8; 1 << 17]),
+        Vec::leak(vec![0u32; 512]),
+    );
     snapshot(&mut images, b"/proc/self/exe");
     let mut page = vec![0u8; memory::BLOCK];
     let mut fds = [0i32; 2];

@@ -67,20 +67,32 @@ pub struct ImageEntry {
 }
 
 /// A fixed-capacity image list over preallocated storage.
+///
+/// Entries keep the order they were added in (the report lists them so: the executable first, then the loader's
+/// order); a second array keeps their indices sorted by load address, so [`ImageList::find`] is a binary search
+/// (O(log n): the unwinder asks it for every candidate return address, thousands of times per crash with hundreds
+/// of images). Each push inserts its index there (a shift of 4-byte indices, not of entries).
 #[derive(Debug)]
 pub struct ImageList {
     entries: &'static mut [ImageEntry],
     count: usize,
     arena: &'static mut [u8],
     arena_len: usize,
+    /// Indices of `entries[..count]` by ascending load address.
+    by_address: &'static mut [u32],
     /// Images that did not fit (entries or path bytes).
     pub dropped: usize,
 }
 
 impl ImageList {
-    /// A list over preallocated entry and path storage (install time).
-    pub fn from_parts(entries: &'static mut [ImageEntry], arena: &'static mut [u8]) -> Self {
-        ImageList { entries, count: 0, arena, arena_len: 0, dropped: 0 }
+    /// A list over preallocated storage (install time): `entries` and `by_address` of the same length (the
+    /// capacity; the shorter one bounds it), `arena` for the path bytes.
+    pub fn from_parts(
+        entries: &'static mut [ImageEntry],
+        arena: &'static mut [u8],
+        by_address: &'static mut [u32],
+    ) -> Self {
+        ImageList { entries, count: 0, arena, arena_len: 0, by_address, dropped: 0 }
     }
 
     /// Empties the list.
@@ -107,7 +119,11 @@ impl ImageList {
     pub fn push_record(&mut self, r: &ImageRecord<'_>) -> bool {
         let start = self.arena_len;
         let Some(end) = start.checked_add(r.path.len()) else { return self.drop_one() };
-        let (Some(dst), Some(e)) = (self.arena.get_mut(start..end), self.entries.get_mut(self.count)) else {
+        let index = self.count;
+        let (Ok(index32), true) = (u32::try_from(index), index < self.by_address.len()) else {
+            return self.drop_one();
+        };
+        let (Some(dst), Some(e)) = (self.arena.get_mut(start..end), self.entries.get_mut(index)) else {
             return self.drop_one();
         };
         dst.copy_from_slice(r.path);
@@ -131,7 +147,18 @@ impl ImageList {
             unwind: r.unwind,
         };
         self.arena_len = end;
-        self.count = self.count.saturating_add(1);
+        // Insert the index where its load address sorts (after equal addresses: stable).
+        let entries = &*self.entries;
+        let load = r.load_address;
+        let sorted = self.by_address.get_mut(..index).unwrap_or(&mut []);
+        let at = sorted.partition_point(|&j| entries.get(j as usize).is_some_and(|o| o.load_address <= load));
+        if let Some(tail) = self.by_address.get_mut(at..=index) {
+            tail.rotate_right(1);
+            if let Some(first) = tail.first_mut() {
+                *first = index32;
+            }
+        }
+        self.count = index.saturating_add(1);
         true
     }
 
@@ -207,16 +234,21 @@ impl ImageList {
         })
     }
 
-    /// Index of the image whose text range holds `addr`.
+    /// Index of the image whose text range `[load_address, load_address + size)` holds `addr` (a zero size
+    /// counts as one byte). A binary search over the load-address order: the image with the highest load address
+    /// at or below `addr` is the only candidate (text ranges of loaded images do not overlap). Signal-safe.
     pub fn find(&self, addr: u64) -> Option<usize> {
-        (0..self.count).find(|&i| {
-            self.entry(i).is_some_and(|e| addr.checked_sub(e.load_address).is_some_and(|d| d < e.size.max(1)))
-        })
+        let sorted = self.by_address.get(..self.count)?;
+        let entries = self.entries.get(..self.count)?;
+        let at = sorted.partition_point(|&j| entries.get(j as usize).is_some_and(|e| e.load_address <= addr));
+        let i = *sorted.get(at.checked_sub(1)?)? as usize;
+        let e = entries.get(i)?;
+        addr.checked_sub(e.load_address).is_some_and(|d| d < e.size.max(1)).then_some(i)
     }
 }
 
 impl CodeMap for ImageList {
-    /// The image whose text range holds `addr` (linear search; allocation-free, signal-safe).
+    /// The image whose text range holds `addr` (binary search; allocation-free, signal-safe).
     fn module_for(&self, addr: u64) -> Option<Module> {
         let e = self.entry(self.find(addr)?)?;
         Some(Module { start: e.load_address, end: e.load_address.saturating_add(e.size), unwind: e.unwind })
@@ -268,7 +300,39 @@ mod tests {
     use super::*;
 
     fn list(entries: usize, arena: usize) -> ImageList {
-        ImageList::from_parts(Vec::leak(vec![ImageEntry::default(); entries]), Vec::leak(vec![0u8; arena]))
+        ImageList::from_parts(
+            Vec::leak(vec![ImageEntry::default(); entries]),
+            Vec::leak(vec![0u8; arena]),
+            Vec::leak(vec![0u32; entries]),
+        )
+    }
+
+    #[test]
+    fn find_is_a_search_by_address_whatever_the_push_order() {
+        // Pushed out of address order, with a gap, a zero-size image and an image at address 0.
+        let mut l = list(8, 256);
+        let images = [(0x9000u64, 0x100u64), (0x1000, 0x800), (0x5000, 0), (0, 0x10), (0x7000, 0x1000)];
+        for (k, (load, size)) in images.iter().enumerate() {
+            assert!(l.push(format!("/lib/{k}").as_bytes(), *load, *size, 0, &[]));
+        }
+        // Every address agrees with a linear scan (the definition).
+        let linear = |a: u64| {
+            (0..l.len()).find(|&i| {
+                let e = l.entry(i).expect("entry");
+                a.checked_sub(e.load_address).is_some_and(|d| d < e.size.max(1))
+            })
+        };
+        for a in (0..0xa000u64).step_by(0x10).chain([0x7ff, 0x17ff, 0x1800, 0x5000, 0x5001, 0x90ff, 0x9100, u64::MAX]) {
+            assert_eq!(l.find(a), linear(a), "address {a:#x}");
+        }
+        assert_eq!(l.find(0x9050), Some(0), "indices are push order");
+        assert_eq!(l.find(0x5000), Some(2));
+        assert_eq!(l.find(0x8), Some(3));
+        // Order survives a clear and a refill.
+        l.clear();
+        assert_eq!(l.find(0x9050), None);
+        assert!(l.push(b"/x", 0x9000, 0x100, 0, &[]));
+        assert_eq!(l.find(0x9050), Some(0));
     }
 
     #[test]

@@ -169,8 +169,11 @@ pub struct ThreadTable {
     count: AtomicUsize,
     /// Set (release) once every slot is filled in, so threads that fault meanwhile can find their slot.
     published: AtomicU32,
-    /// Incremented (and futex-woken on Linux) each time a thread publishes its slot.
+    /// Incremented each time a thread publishes its slot (see [`ThreadTable::answer`]).
     pub answers: AtomicU32,
+    /// The value of `answers` at which the owner wants to be woken: only the answer that reaches it wakes the owner
+    /// (one wake per round instead of one per thread). Set by [`ThreadTable::expect_answers`].
+    wake_at: AtomicU32,
     /// Release generation: incremented (and futex-woken on Linux) each time stopped threads may resume. A stopped
     /// thread reads it before it publishes its slot and waits until it changes; [`ThreadTable::reset`] leaves it
     /// alone, so a slow waiter of one crash is never held by the next one.
@@ -185,6 +188,7 @@ impl ThreadTable {
             count: AtomicUsize::new(0),
             published: AtomicU32::new(0),
             answers: AtomicU32::new(0),
+            wake_at: AtomicU32::new(0),
             release: AtomicU32::new(0),
         }
     }
@@ -214,15 +218,35 @@ impl ThreadTable {
         self.slots.get(..self.len()).unwrap_or(&[])
     }
 
-    /// Owner: empties the table for a new capture.
+    /// Owner: empties the table for a new capture. Only the slots the last capture used are touched (the others
+    /// are still [`FREE`]).
     pub fn reset(&self) {
+        let used = self.len();
         self.published.store(0, Ordering::Release);
         self.count.store(0, Ordering::Release);
-        self.answers.store(0, Ordering::Release);
-        for s in self.slots {
+        self.answers.store(0, Ordering::SeqCst);
+        self.wake_at.store(0, Ordering::SeqCst);
+        for s in self.slots.iter().take(used) {
             s.state.store(FREE, Ordering::Release);
             s.tid.store(0, Ordering::Release);
         }
+    }
+
+    /// Owner: from now on, wake me (return `true` from [`ThreadTable::answer`]) when the answer that makes
+    /// [`ThreadTable::outstanding`] zero arrives. Call after adding a round of pending threads and after expiring
+    /// some, before waiting; returns the `answers` value it saw, for the futex wait.
+    pub fn expect_answers(&self) -> u32 {
+        let seen = self.answers.load(Ordering::SeqCst);
+        let outstanding = u32::try_from(self.outstanding()).unwrap_or(u32::MAX);
+        self.wake_at.store(seen.saturating_add(outstanding), Ordering::SeqCst);
+        seen
+    }
+
+    /// A thread that published its slot counts its answer; `true` when it is the one the owner waits for (then it
+    /// wakes the owner: `futex_wake(&answers)` on Linux).
+    pub fn answer(&self) -> bool {
+        let n = self.answers.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
+        n >= self.wake_at.load(Ordering::SeqCst)
     }
 
     /// Whether a slot in use describes thread `tid`.
@@ -265,8 +289,16 @@ impl ThreadTable {
         self.published.load(Ordering::Acquire) != 0
     }
 
-    /// A stopped thread: claims its own [`PENDING`] slot for writing.
-    pub fn claim(&self, tid: u64) -> Option<(usize, SlotWriter<'_>)> {
+    /// A stopped thread: claims its own [`PENDING`] slot for writing. `hint` is the slot index the stop request
+    /// carried (Linux: the `si_value` of the queued stop signal), checked first; without it, or when it does not
+    /// name this thread, the used slots are searched.
+    pub fn claim(&self, tid: u64, hint: Option<usize>) -> Option<(usize, SlotWriter<'_>)> {
+        if let Some((i, s)) = hint.and_then(|i| Some((i, self.used().get(i)?))) {
+            if s.tid() == tid && s.state.compare_exchange(PENDING, WRITING, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            {
+                return Some((i, SlotWriter { slot: s }));
+            }
+        }
         for (i, s) in self.used().iter().enumerate() {
             if s.tid() == tid && s.state.compare_exchange(PENDING, WRITING, Ordering::AcqRel, Ordering::Acquire).is_ok()
             {
@@ -325,16 +357,16 @@ mod tests {
         assert!(t.is_published());
         assert_eq!(t.outstanding(), 2);
         // 101 answers.
-        let (i, mut w) = t.claim(101).expect("pending slot");
+        let (i, mut w) = t.claim(101, None).expect("pending slot");
         assert_eq!(i, 1);
         w.data().regs = RegisterValues::new(x86_64::SET, x86_64::LEN);
         w.data().set_name(b"worker\n");
         w.publish(CAPTURED);
         // A second claim finds nothing.
-        assert!(t.claim(101).is_none());
+        assert!(t.claim(101, None).is_none());
         // 102 is expired; a late answer cannot claim it.
         assert!(t.expire(2, b"no answer"));
-        assert!(t.claim(102).is_none());
+        assert!(t.claim(102, None).is_none());
         assert_eq!(t.outstanding(), 0);
         assert!(t.slot(own).and_then(|s| s.data()).expect("final").crashed);
         assert_eq!(t.slot(1).and_then(|s| s.data()).expect("final").name(), b"worker");
@@ -355,6 +387,41 @@ mod tests {
     }
 
     #[test]
+    fn hints_are_checked_and_only_the_last_answer_wakes() {
+        let t = table(8);
+        for tid in 0..4 {
+            t.add_pending(500 + tid);
+        }
+        t.publish();
+        // A hint naming another thread's slot falls back to the search; a right hint claims directly.
+        assert_eq!(t.claim(500, Some(3)).map(|(i, _)| i), Some(0));
+        assert_eq!(t.claim(501, Some(1)).map(|(i, _)| i), Some(1));
+        assert_eq!(t.claim(502, Some(99)).map(|(i, _)| i), Some(2), "an out-of-range hint is ignored");
+        for i in 0..3 {
+            if let Some(s) = t.slot(i) {
+                s.state.store(CAPTURED, Ordering::Release);
+            }
+        }
+        // Three answers already counted before the owner waits; one thread (503) outstanding.
+        for _ in 0..3 {
+            t.answer();
+        }
+        let seen = t.expect_answers();
+        assert_eq!(seen, 3);
+        let (_, w) = t.claim(503, Some(3)).expect("slot 3");
+        w.publish(CAPTURED);
+        assert!(t.answer(), "the answer that leaves nothing outstanding wakes the owner");
+        // Before expect_answers, with several outstanding, an early answer does not wake.
+        let t = table(8);
+        t.add_pending(1);
+        t.add_pending(2);
+        t.expect_answers();
+        let (_, w) = t.claim(1, Some(0)).expect("slot 0");
+        w.publish(CAPTURED);
+        assert!(!t.answer(), "one of two answers: the owner sleeps on");
+    }
+
+    #[test]
     fn racing_claims_and_expiry_give_each_slot_one_outcome() {
         for _ in 0..50 {
             let t: &'static ThreadTable = Box::leak(Box::new(table(64)));
@@ -364,7 +431,8 @@ mod tests {
             let h = std::thread::spawn(move || {
                 let mut n = 0;
                 for tid in 0..64 {
-                    if let Some((_, w)) = t.claim(1000 + tid) {
+                    let hint = (tid % 2 == 0).then_some(tid as usize);
+                    if let Some((_, w)) = t.claim(1000 + tid, hint) {
                         w.publish(CAPTURED);
                         n += 1;
                     }

@@ -593,7 +593,11 @@ mod tests {
         ]);
         mem.call_before(0x40_1234);
         mem.call_before(0x40_5678);
-        let mut images = ImageList::from_parts(Vec::leak(vec![ImageEntry::default(); 4]), Vec::leak(vec![0u8; 256]));
+        let mut images = ImageList::from_parts(
+            Vec::leak(vec![ImageEntry::default(); 4]),
+            Vec::leak(vec![0u8; 256]),
+            Vec::leak(vec![0u32; 4]),
+        );
         images.push(b"/bin/app", 0x40_0000, 0x10000, 0, &[0xaa; 20]);
         let mut scratch = vec![0u8; 65536];
         let mut frames = vec![0u64; 512];
@@ -636,7 +640,11 @@ mod tests {
     fn commit_requires_the_head_sections() {
         use report_format::framing::{parse_section_header, FILE_HEADER_LEN, SECTION_HEADER_LEN};
         use std::os::unix::ffi::OsStrExt;
-        let mut images = ImageList::from_parts(Vec::leak(vec![ImageEntry::default(); 4]), Vec::leak(vec![0u8; 256]));
+        let mut images = ImageList::from_parts(
+            Vec::leak(vec![ImageEntry::default(); 4]),
+            Vec::leak(vec![0u8; 256]),
+            Vec::leak(vec![0u32; 4]),
+        );
         images.push(b"/bin/app", 0x40_0000, 0x10000, 0, &[0xaa; 20]);
         let head = ReportHead {
             meta: Meta { arch: b"x86_64", note: b"some note text", ..Meta::default() },

@@ -178,7 +178,11 @@ mod tests {
 
     #[test]
     fn snapshot_finds_this_test_binary_and_libc() {
-        let mut list = ImageList::from_parts(Vec::leak(vec![ImageEntry::default(); 256]), Vec::leak(vec![0u8; 65536]));
+        let mut list = ImageList::from_parts(
+            Vec::leak(vec![ImageEntry::default(); 256]),
+            Vec::leak(vec![0u8; 65536]),
+            Vec::leak(vec![0u32; 256]),
+        );
         snapshot(&mut list, b"/proc/self/exe");
         assert!(list.len() >= 2, "{}", list.len());
         assert_eq!(list.path(0), b"/proc/self/exe");

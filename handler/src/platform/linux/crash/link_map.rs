@@ -506,7 +506,11 @@ mod tests {
     use crate::platform::linux::images::{link_map_source, snapshot};
 
     fn list(n: usize) -> ImageList {
-        ImageList::from_parts(Vec::leak(vec![ImageEntry::default(); n]), Vec::leak(vec![0u8; n * 256]))
+        ImageList::from_parts(
+            Vec::leak(vec![ImageEntry::default(); n]),
+            Vec::leak(vec![0u8; n * 256]),
+            Vec::leak(vec![0u32; n]),
+        )
     }
 
     /// Fields of entry `i` that both lists must agree on.

@@ -500,11 +500,13 @@ fn rename_report(dir_fd: i32, from: &[u8; 64], to: &[u8; 64]) -> bool {
 ///
 /// # Safety
 /// Called by the kernel as an `SA_SIGINFO` handler: `uc` is null or valid.
-pub unsafe extern "C" fn stop_handler(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *mut c_void) {
+pub unsafe extern "C" fn stop_handler(_sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
     let saved_errno = writer::errno();
     if let Some(st) = state() {
         let table = &st.core.threads;
-        if let Some((_, mut w)) = table.claim(sys::gettid()) {
+        // SAFETY: `info` is the kernel's siginfo for this signal (or null).
+        let hint = unsafe { sys::queued_value(info) };
+        if let Some((_, mut w)) = table.claim(sys::gettid(), hint) {
             let d = w.data();
             *d = SlotData::EMPTY;
             // SAFETY: `uc` is the kernel's ucontext for this signal (or null).
@@ -513,8 +515,9 @@ pub unsafe extern "C" fn stop_handler(_sig: libc::c_int, _info: *mut libc::sigin
             // The owner releases only after every slot is final, so this is the generation before the release.
             let gen = table.release.load(Ordering::Acquire);
             w.publish(CAPTURED);
-            table.answers.fetch_add(1, Ordering::AcqRel);
-            sys::futex_wake(&table.answers, 1);
+            if table.answer() {
+                sys::futex_wake(&table.answers, 1);
+            }
             let _ = wait_release(st, gen);
         }
     }
@@ -531,15 +534,16 @@ fn secondary(st: &State, tid: u64, uc: *mut c_void, owner: u64) -> bool {
     while !table.is_published() && GATE.owner() == owner && sys::monotonic_ns() < deadline {
         sys::sleep_ns(1_000_000);
     }
-    if let Some((_, mut w)) = table.claim(tid) {
+    if let Some((_, mut w)) = table.claim(tid, None) {
         let d = w.data();
         *d = SlotData::EMPTY;
         // SAFETY: `uc` is the kernel's ucontext for this signal (or null).
         d.regs = unsafe { context::registers(uc) };
         own_name(d);
         w.publish(CAPTURED);
-        table.answers.fetch_add(1, Ordering::AcqRel);
-        sys::futex_wake(&table.answers, 1);
+        if table.answer() {
+            sys::futex_wake(&table.answers, 1);
+        }
     }
     wait_for_new_owner(st, owner)
 }
@@ -589,7 +593,9 @@ fn wait_for_answers(st: &State) {
     // 0: before the first read; 1: between the reads; 2: after both.
     let mut phase = 0u8;
     loop {
-        let seen = table.answers.load(Ordering::Acquire);
+        // Only the answer that leaves nothing outstanding wakes us (recomputed after every expiry); the deadlines
+        // below bound every sleep anyway.
+        let seen = table.expect_answers();
         if table.outstanding() == 0 {
             return;
         }
@@ -653,7 +659,8 @@ fn stop_pending(st: &State, pid: i32, from: usize) {
     for i in from..table.len() {
         let Some(s) = table.slot(i) else { continue };
         if s.state() == PENDING {
-            if let Err(e) = sys::tgkill(pid, s.tid(), st.stop_signal) {
+            // The slot index travels with the signal, so the thread finds its slot without a search.
+            if let Err(e) = sys::queue_to_thread(pid, s.tid(), st.stop_signal, i) {
                 table.fail(i, if e == libc::ESRCH { REASON_EXITED } else { REASON_SEND_FAILED });
             }
         }
