@@ -115,7 +115,15 @@ struct CrashSample {
     /// Payload bytes of the THREAD sections and of the IMAGES sections (ours only).
     thread_bytes: f64,
     image_bytes: f64,
+    /// Ours only, ns each: fault to handler start (signal delivery), start to thread list read (enumerate), to
+    /// every thread stopped (stop), to every section written (walk + encode + write), to durable (commit).
+    phases: Option<[f64; PHASES]>,
 }
+
+/// Phases of our capture, in order, as [`CrashSample::phases`] holds them.
+const PHASES: usize = 5;
+const PHASE_NAMES: [&str; PHASES] =
+    ["signal delivery", "enumerate", "stop", "walk + encode + write", "commit (fsync, rename, dir fsync)"];
 
 struct Peer {
     child: Child,
@@ -223,6 +231,24 @@ impl Ctx<'_> {
             reaped: reaped_at.saturating_sub(fault) as f64,
             ..CrashSample::default()
         };
+        if kind == Kind::Ours {
+            let marks = [
+                fault,
+                stamps[sys::slot::START],
+                stamps[sys::slot::LISTED],
+                stamps[sys::slot::STOPPED],
+                stamps[sys::slot::WRITTEN],
+                done,
+            ];
+            // Every mark present and in order, else no phase figures for this crash.
+            if marks.windows(2).all(|w| w[0] != 0 && w[1] >= w[0]) {
+                let mut p = [0.0; PHASES];
+                for (d, w) in p.iter_mut().zip(marks.windows(2)) {
+                    *d = (w[1] - w[0]) as f64;
+                }
+                s.phases = Some(p);
+            }
+        }
         match kind {
             Kind::Ours => {
                 let files: Vec<PathBuf> = std::fs::read_dir(&reports)
@@ -446,6 +472,7 @@ fn run(o: &Options) -> Result<(), String> {
 fn run_with_peer(ctx: &Ctx, peer: &Peer) -> Result<(String, Vec<CrashSample>), String> {
     let o = ctx.o;
     let mut rows = String::new();
+    let mut phase_rows = String::new();
     let mut verdicts = String::new();
     let mut for_viewer: Vec<CrashSample> = Vec::new();
     for &threads in &o.threads {
@@ -463,6 +490,16 @@ fn run_with_peer(ctx: &Ctx, peer: &Peer) -> Result<(String, Vec<CrashSample>), S
         let min_frames = ours.iter().map(|s| s.min_frames).min().unwrap_or(0);
         let max_frames = ours.iter().map(|s| s.max_frames).max().unwrap_or(0);
         let (tb_ours, ib_ours) = (f(&ours, |s| s.thread_bytes), f(&ours, |s| s.image_bytes));
+        let with_phases: Vec<[f64; PHASES]> = ours.iter().filter_map(|s| s.phases).collect();
+        if !with_phases.is_empty() {
+            let cells: Vec<String> = (0..PHASES)
+                .map(|k| {
+                    let p = summarize(&with_phases.iter().map(|p| p[k]).collect::<Vec<_>>());
+                    format!("{} / {}", stats::ms(p.median), stats::ms(p.max))
+                })
+                .collect();
+            phase_rows.push_str(&format!("| {threads} | {} | {} |\n", with_phases.len(), cells.join(" | ")));
+        }
         rows.push_str(&format!(
             "| {threads} | {ol_med} | {ol_max} | {tl_med} | {tl_max} | {r_med} | {r_max} | {or_med} | {tr_med} | {ob} | {ob_max} | {tb} | {thr} / {img} | {imgs} / {mods} | {min_frames} / {fr:.1} / {max_frames} |\n",
             ol_med = stats::ms(ol.median),
@@ -539,6 +576,14 @@ fn run_with_peer(ctx: &Ctx, peer: &Peer) -> Result<(String, Vec<CrashSample>), S
          |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     text.push_str(&rows);
+    text.push_str(&format!(
+        "\nWhere our time goes, per phase (median / max ms over the crashes with every phase mark; marks are the \
+         handler's test hooks, CLOCK_MONOTONIC): {}. Walk, encode and write are interleaved per thread, so they are one \
+         phase.\n\n| threads | crashes | {} |\n|---|---|{}\n{phase_rows}",
+        PHASE_NAMES.join(", "),
+        PHASE_NAMES.join(" | "),
+        "---|".repeat(PHASES),
+    ));
     let floor = commit_floor(&ctx.work, 65536, o.crashes)?;
     text.push_str(&format!(
         "\nDisk floor on this machine (in-process, no crash): write 65536 bytes to a temporary file, fsync it, rename \

@@ -24,6 +24,12 @@ pub mod slot {
     pub const DONE: usize = 1;
     /// Written by our hook at `CrashEvent::Start` (diagnostic: signal delivery).
     pub const START: usize = 2;
+    /// Our hook at `CrashEvent::ThreadsListed`: `/proc/self/task` read, the table filled.
+    pub const LISTED: usize = 3;
+    /// Our hook at `CrashEvent::StopDone`: every thread stopped (or given up on).
+    pub const STOPPED: usize = 4;
+    /// Our hook at `CrashEvent::ReportWritten`: every section walked, encoded and written, before the commit.
+    pub const WRITTEN: usize = 5;
 }
 
 /// Number of `u64` slots in the page.

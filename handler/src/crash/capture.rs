@@ -20,7 +20,7 @@
 #![allow(unsafe_code)]
 
 use crate::arch::{RegisterValues, HOST_ARCH};
-use crate::crash::hooks;
+use crate::crash::hooks::{self, CrashEvent};
 use crate::crash::images::ImageList;
 use crate::crash::raw_buf::RawBuf;
 use crate::crash::threads::ThreadTable;
@@ -240,6 +240,7 @@ pub trait Backend {
 pub fn run<B: Backend>(core: &Core, backend: &mut B, rec: &mut CrashRecord) -> bool {
     core.threads.reset();
     let note = backend.stop_threads(&core.threads, rec);
+    hooks::call(CrashEvent::StopDone, rec.tid);
     if hooks::fault_requested() {
         hooks::deliberate_fault();
     }
@@ -271,6 +272,7 @@ pub fn write_full<B: Backend>(core: &Core, backend: &mut B, rec: &mut CrashRecor
     if let Ok(mut s) = writer::write_report(sink, &h, &core.threads, images, &mut mem, &opts, &mut bufs) {
         let _ = s.flush();
     }
+    hooks::call(CrashEvent::ReportWritten, rec.tid);
     finish(core, rec, fd, names)
 }
 

@@ -17,6 +17,13 @@ pub enum CrashEvent {
     /// The threads listed at crash start were stopped (Linux: asked to stop, and answered or were given up on; the
     /// thread list is about to be read once more for threads created meanwhile. Apple: suspended).
     ThreadsStopped = 3,
+    /// The thread list was read and the table filled; the stop requests are about to go out (Linux). For phase
+    /// timing (benchmarks).
+    ThreadsListed = 4,
+    /// Every thread is stopped or given up on (both stop rounds done); the report is about to be written.
+    StopDone = 5,
+    /// Every section is encoded and written to the file (not yet `fsync`ed); the commit is next.
+    ReportWritten = 6,
 }
 
 /// A crash hook. It runs inside a signal handler: it must be async-signal-safe, must not allocate and must not

@@ -197,6 +197,8 @@ extern "C" fn hook(event: handler::test_hooks::CrashEvent, tid: u64) {
                 }
             }
         }
+        // Phase marks, used by the benchmarks only.
+        CrashEvent::ThreadsListed | CrashEvent::StopDone | CrashEvent::ReportWritten => {}
         CrashEvent::BeforeReraise => {
             COUNTING.store(false, Ordering::Release);
             if FSIZE_LIMIT.load(Ordering::Acquire) != 0 {

@@ -714,6 +714,7 @@ impl Backend for Owner {
         })
         .is_ok();
         table.publish();
+        hooks::call(CrashEvent::ThreadsListed, own);
         stop_pending(st, pid, 0);
         wait_for_answers(st);
         hooks::call(CrashEvent::ThreadsStopped, own);
