@@ -1,6 +1,8 @@
 //! The fault-proof memory reader: `process_vm_readv(2)` on the own pid (a bad address returns `EFAULT` instead of
-//! faulting), with a one-page cache so a stack walk costs one system call per 4 KiB of stack, and a one-page
-//! negative cache: a block that could not be read is not asked for again (the walker's scan for a frame record
+//! faulting), with a direct-mapped cache of up to [`MAX_BLOCKS`] 4 KiB blocks (block `b` lives in slot
+//! `b % blocks`), so a stack walk costs one system call per 4 KiB of stack, and the binary searches of the unwinder
+//! over `.eh_frame_hdr` tables and the FDEs it copies, which jump between a few pages of each image, mostly hit the
+//! cache instead of costing a system call per probe; and a one-block negative cache: a block that could not be read is not asked for again (the walker's scan for a frame record
 //! probes the unmapped page above a stack hundreds of times; each probe used to cost two failing system calls).
 //!
 //! Fallback: where `process_vm_readv` does not work on the own process (qemu-user does not emulate it; some
@@ -18,13 +20,22 @@ use crate::unwind::MemoryReader;
 /// granular, so a whole block is readable whenever one byte of it is).
 pub const BLOCK: usize = 4096;
 
+/// Most blocks the cache holds (the cache buffer's length in blocks, capped here).
+pub const MAX_BLOCKS: usize = 64;
+
+/// The cache size the Linux backend preallocates, in bytes: 32 blocks (128 KiB).
+pub const CACHE_BYTES: usize = 32 * BLOCK;
+
+/// Tag of an empty cache slot (no block starts there: block bases are multiples of [`BLOCK`]).
+const EMPTY: u64 = u64::MAX;
+
 /// Reads the own process's memory with `process_vm_readv`. Signal-safe; never faults.
 #[derive(Debug)]
 pub struct ProcessVmReader<'a> {
     pid: i32,
     cache: &'a mut [u8],
-    base: u64,
-    valid: bool,
+    /// Block base held by each cache slot ([`EMPTY`] when none).
+    tags: [u64; MAX_BLOCKS],
     /// Base of the last block that could not be read (`u64::MAX`: none).
     bad_base: u64,
     pipe: Option<(i32, i32)>,
@@ -41,9 +52,15 @@ pub fn process_vm_readv_works() -> bool {
 }
 
 impl<'a> ProcessVmReader<'a> {
-    /// A reader for process `pid` using `cache` (at least [`BLOCK`] bytes for caching; smaller disables it).
+    /// A reader for process `pid` caching in `cache` (whole [`BLOCK`]s of it, at most [`MAX_BLOCKS`]; less than
+    /// one block disables the cache).
     pub fn new(pid: i32, cache: &'a mut [u8]) -> Self {
-        ProcessVmReader { pid, cache, base: 0, valid: false, bad_base: u64::MAX, pipe: None }
+        ProcessVmReader { pid, cache, tags: [EMPTY; MAX_BLOCKS], bad_base: u64::MAX, pipe: None }
+    }
+
+    /// Cache slots in use: whole blocks of the buffer, at most [`MAX_BLOCKS`].
+    fn slots(&self) -> usize {
+        (self.cache.len() / BLOCK).min(MAX_BLOCKS)
     }
 
     /// Reads through the pipe `(read_fd, write_fd)` (both non-blocking) instead of `process_vm_readv`.
@@ -111,31 +128,39 @@ impl MemoryReader for ProcessVmReader<'_> {
         let Some(end) = addr.checked_add(buf.len() as u64) else { return false };
         // `base + BLOCK` overflows for the last block below 2^64: such a block is never cached (read directly).
         let block_end = base.checked_add(BLOCK as u64);
-        if self.cache.len() < BLOCK || block_end.is_none_or(|b| end > b) {
+        let slots = self.slots();
+        if slots == 0 || block_end.is_none_or(|b| end > b) {
             return self.read_direct(addr, buf);
         }
         if base == self.bad_base {
             // The whole block was unreadable a moment ago; mappings are at least a block wide, so this read fails too.
             return false;
         }
-        if !self.valid || self.base != base {
-            self.valid = false;
+        // Direct-mapped: block number modulo the slot count (`slots > 0`).
+        let slot = base.checked_div(BLOCK as u64).and_then(|b| b.checked_rem(slots as u64)).unwrap_or(0) as usize;
+        let Some(start) = slot.checked_mul(BLOCK) else { return false };
+        let Some(stop) = start.checked_add(BLOCK) else { return false };
+        if self.tags.get(slot) != Some(&base) {
             let cache = core::mem::take(&mut self.cache);
-            let ok = match cache.get_mut(..BLOCK) {
+            let ok = match cache.get_mut(start..stop) {
                 Some(c) => self.read_direct(base, c),
                 None => false,
             };
             self.cache = cache;
+            let Some(tag) = self.tags.get_mut(slot) else { return false };
             if !ok {
+                *tag = EMPTY;
                 self.bad_base = base;
                 return false;
             }
-            self.base = base;
-            self.valid = true;
+            *tag = base;
         }
         // `addr >= base` and `end <= base + BLOCK`, so both offsets are below BLOCK; still computed checked.
         let (Some(off), Some(off_end)) = (addr.checked_sub(base), end.checked_sub(base)) else { return false };
-        match self.cache.get(off as usize..off_end as usize) {
+        let (Some(from), Some(to)) = (start.checked_add(off as usize), start.checked_add(off_end as usize)) else {
+            return false;
+        };
+        match self.cache.get(from..to) {
             Some(src) => {
                 buf.copy_from_slice(src);
                 true
@@ -149,6 +174,50 @@ impl MemoryReader for ProcessVmReader<'_> {
 #[allow(clippy::arithmetic_side_effects, clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    /// Blocks live in slot `block % slots`: reads across many pages return the right bytes, a block stays cached
+    /// while no other block maps to its slot, and is read again once evicted.
+    #[test]
+    fn direct_mapped_cache_keeps_blocks_until_a_colliding_block_evicts_them() {
+        if !process_vm_readv_works() {
+            return; // qemu-user: the pipe reader has the same cache logic; covered there by the walk tests.
+        }
+        // 16 pages, 4096-aligned, each word its own address-derived value.
+        let mut mem = vec![0u64; 17 * BLOCK / 8];
+        let start = (mem.as_ptr() as usize).next_multiple_of(BLOCK);
+        let first = (start - mem.as_ptr() as usize) / 8;
+        let words = &mut mem[first..first + 16 * BLOCK / 8];
+        for (i, w) in words.iter_mut().enumerate() {
+            *w = 0xabcd_0000_0000 + i as u64;
+        }
+        let base = words.as_ptr() as u64;
+        let mut cache = vec![0u8; 4 * BLOCK];
+        // SAFETY: getpid has no preconditions.
+        let mut r = ProcessVmReader::new(unsafe { libc::getpid() }, &mut cache);
+        let read = |r: &mut ProcessVmReader<'_>, i: usize| {
+            let mut b = [0u8; 8];
+            assert!(r.read(base + 8 * i as u64, &mut b));
+            u64::from_ne_bytes(b)
+        };
+        for i in (0..16 * BLOCK / 8).step_by(97) {
+            assert_eq!(read(&mut r, i), 0xabcd_0000_0000 + i as u64);
+        }
+        // Page 0 and page 1 cached now (different slots); change both in memory.
+        let per_page = BLOCK / 8;
+        assert_eq!(read(&mut r, 0), 0xabcd_0000_0000);
+        assert_eq!(read(&mut r, per_page), 0xabcd_0000_0000 + per_page as u64);
+        // SAFETY: writing our own live buffer through a raw pointer (the borrow `words` is not used after this).
+        unsafe {
+            *(base as *mut u64) = 1;
+            *((base + BLOCK as u64) as *mut u64) = 2;
+        }
+        assert_eq!(read(&mut r, 0), 0xabcd_0000_0000, "page 0 still served from its slot");
+        assert_eq!(read(&mut r, per_page), 0xabcd_0000_0000 + per_page as u64, "page 1 too");
+        // Page 4 maps to page 0's slot (4 slots): it evicts page 0 but not page 1.
+        assert_eq!(read(&mut r, 4 * per_page), 0xabcd_0000_0000 + 4 * per_page as u64);
+        assert_eq!(read(&mut r, 0), 1, "page 0 was evicted and read again");
+        assert_eq!(read(&mut r, per_page), 0xabcd_0000_0000 + per_page as u64, "page 1 was not");
+    }
 
     /// Garbage stack pointers near the top of the address space (a corrupted `sp`, a walk that ran off the
     /// end) must be refused, never overflow an address computation (which panics in debug builds).

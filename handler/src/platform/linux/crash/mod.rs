@@ -97,7 +97,7 @@ pub struct State {
     pub crash_images: link_map::CrashImages,
     /// `getdents64` buffer.
     pub dirents: RawBuf<u8>,
-    /// Page cache of the memory reader.
+    /// Block cache of the memory reader ([`memory::CACHE_BYTES`]).
     pub page: RawBuf<u8>,
     /// A non-blocking pipe `(read, write)` for the memory reader when `process_vm_readv` does not work here.
     pub mem_pipe: Option<(i32, i32)>,
