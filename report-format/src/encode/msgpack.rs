@@ -1,5 +1,7 @@
 //! MessagePack building blocks over a fixed buffer: a write cursor whose running out of room is an error value,
-//! maps whose entry count is patched in at the end, and text written as valid UTF-8. Nothing here allocates.
+//! the encodings of single values and headers (written by `rmp`'s low-level `encode::write_*`, which pick the
+//! shortest encoding of each value), maps whose entry count is patched in at the end, and text written as valid
+//! UTF-8. Nothing here allocates.
 
 use rmp::encode as mp;
 
@@ -32,11 +34,86 @@ impl<'b> Cursor<'b> {
         Cursor { buf, pos: 0 }
     }
 
-    /// Overwrites one already written byte (used to patch a reserved fixmap/array16 count).
+    /// Overwrites already written bytes (used to patch a reserved fixmap/array16 count).
     pub(super) fn patch(&mut self, at: usize, bytes: &[u8]) -> R {
         let dst = self.buf.get_mut(at..at + bytes.len()).ok_or(NoRoom)?;
         dst.copy_from_slice(bytes);
         Ok(())
+    }
+
+    /// Appends bytes as they are.
+    pub(super) fn raw(&mut self, bytes: &[u8]) -> R {
+        std::io::Write::write_all(self, bytes)?;
+        Ok(())
+    }
+
+    /// An unsigned integer in its shortest encoding.
+    pub(super) fn uint(&mut self, v: u64) -> R {
+        mp::write_uint(self, v)?;
+        Ok(())
+    }
+
+    /// A signed integer in its shortest encoding (non-negative values as unsigned ones).
+    pub(super) fn sint(&mut self, v: i64) -> R {
+        mp::write_sint(self, v)?;
+        Ok(())
+    }
+
+    /// `nil`.
+    pub(super) fn nil(&mut self) -> R {
+        mp::write_nil(self)?;
+        Ok(())
+    }
+
+    /// `true` or `false`.
+    pub(super) fn bool(&mut self, v: bool) -> R {
+        mp::write_bool(self, v)?;
+        Ok(())
+    }
+
+    /// A `bin` of these bytes.
+    pub(super) fn bin(&mut self, v: &[u8]) -> R {
+        mp::write_bin(self, v)?;
+        Ok(())
+    }
+
+    /// A `str` of valid UTF-8 (map keys).
+    pub(super) fn str(&mut self, s: &str) -> R {
+        mp::write_str(self, s)?;
+        Ok(())
+    }
+
+    /// Text as a `str`, each byte of an invalid UTF-8 sequence replaced by `?`.
+    pub(super) fn text(&mut self, v: &[u8]) -> R {
+        write_text(self, v)
+    }
+
+    /// The header of an array of `n` elements; the elements follow.
+    pub(super) fn array_len(&mut self, n: usize) -> R {
+        let n = u32::try_from(n).map_err(|_| NoRoom)?;
+        mp::write_array_len(self, n)?;
+        Ok(())
+    }
+
+    /// The header of a map of `n` key/value pairs; the pairs follow.
+    pub(super) fn map_len(&mut self, n: usize) -> R {
+        let n = u32::try_from(n).map_err(|_| NoRoom)?;
+        mp::write_map_len(self, n)?;
+        Ok(())
+    }
+
+    /// The header of an array whose length is not known yet: an `array16` with a zero count, to be set with
+    /// [`Cursor::patch_array16`]. Returns its position.
+    pub(super) fn reserve_array16(&mut self) -> Result<usize, NoRoom> {
+        let at = self.pos;
+        self.raw(&[0xdc, 0, 0])?;
+        Ok(at)
+    }
+
+    /// Sets the count of the `array16` header reserved at `at` (counts past 65535 are written as 65535).
+    pub(super) fn patch_array16(&mut self, at: usize, n: usize) -> R {
+        let count = u16::try_from(n).unwrap_or(u16::MAX).to_be_bytes();
+        self.patch(at + 1, &count)
     }
 }
 
@@ -67,25 +144,25 @@ pub(super) struct MapW {
 impl MapW {
     pub(super) fn open(w: &mut Cursor<'_>) -> Result<Self, NoRoom> {
         let at = w.pos;
-        mp::write_map_len(w, 0)?;
+        w.map_len(0)?;
         Ok(MapW { at, n: 0 })
     }
 
+    /// Writes key `k`; its value must follow.
     pub(super) fn key(&mut self, w: &mut Cursor<'_>, k: &str) -> R {
         if self.n >= 15 {
             return Err(NoRoom);
         }
         self.n += 1;
-        mp::write_str(w, k)?;
-        Ok(())
+        w.str(k)
     }
 
     pub(super) fn uint(&mut self, w: &mut Cursor<'_>, k: &str, v: u64) -> R {
         self.key(w, k)?;
-        mp::write_uint(w, v)?;
-        Ok(())
+        w.uint(v)
     }
 
+    /// Left out when `None`.
     pub(super) fn opt_uint(&mut self, w: &mut Cursor<'_>, k: &str, v: Option<u64>) -> R {
         match v {
             Some(v) => self.uint(w, k, v),
@@ -93,65 +170,66 @@ impl MapW {
         }
     }
 
+    /// Left out when `None`.
     pub(super) fn opt_sint(&mut self, w: &mut Cursor<'_>, k: &str, v: Option<i64>) -> R {
         match v {
             Some(v) => {
                 self.key(w, k)?;
-                mp::write_sint(w, v)?;
-                Ok(())
+                w.sint(v)
             }
             None => Ok(()),
         }
     }
 
+    /// Left out when empty.
     pub(super) fn text(&mut self, w: &mut Cursor<'_>, k: &str, v: &[u8]) -> R {
         if v.is_empty() {
             return Ok(());
         }
         self.key(w, k)?;
-        write_text(w, v)
+        w.text(v)
     }
 
+    /// Left out when empty.
     pub(super) fn bin(&mut self, w: &mut Cursor<'_>, k: &str, v: &[u8]) -> R {
         if v.is_empty() {
             return Ok(());
         }
         self.key(w, k)?;
-        mp::write_bin(w, v)?;
-        Ok(())
+        w.bin(v)
     }
 
+    /// Left out when `false`.
     pub(super) fn flag(&mut self, w: &mut Cursor<'_>, k: &str, v: bool) -> R {
         if !v {
             return Ok(());
         }
         self.key(w, k)?;
-        mp::write_bool(w, true)?;
-        Ok(())
+        w.bool(true)
     }
 
+    /// Writes the entry count into the reserved fixmap byte.
     pub(super) fn close(self, w: &mut Cursor<'_>) -> R {
         w.patch(self.at, &[0x80 | self.n])
     }
 }
 
 /// Writes text as a MessagePack str, replacing each byte of an invalid UTF-8 sequence with `?`.
-pub(super) fn write_text(w: &mut Cursor<'_>, v: &[u8]) -> R {
+fn write_text(w: &mut Cursor<'_>, v: &[u8]) -> R {
     let len = u32::try_from(v.len()).map_err(|_| NoRoom)?;
     mp::write_str_len(w, len)?;
     let mut rest = v;
     loop {
         match core::str::from_utf8(rest) {
             Ok(_) => {
-                std::io::Write::write_all(w, rest)?;
-                return Ok(());
+                return w.raw(rest);
             }
             Err(e) => {
                 let good = e.valid_up_to();
                 let bad = e.error_len().unwrap_or(rest.len() - good);
-                std::io::Write::write_all(w, rest.get(..good).unwrap_or(&[]))?;
+                w.raw(rest.get(..good).unwrap_or(&[]))?;
                 for _ in 0..bad {
-                    std::io::Write::write_all(w, b"?")?;
+                    w.raw(b"?")?;
                 }
                 rest = rest.get(good + bad..).unwrap_or(&[]);
             }
@@ -167,7 +245,7 @@ mod tests {
     fn invalid_utf8_is_replaced_not_dropped() {
         let mut buf = [0u8; 64];
         let mut w = Cursor::new(&mut buf);
-        write_text(&mut w, b"ab\xffc\xe2\x82").expect("fits");
+        w.text(b"ab\xffc\xe2\x82").expect("fits");
         let n = w.pos;
         let s: String = rmp_serde::from_slice(&buf[..n]).expect("valid str");
         assert_eq!(s, "ab?c??");

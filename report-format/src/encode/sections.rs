@@ -1,8 +1,7 @@
 //! What each section holds (the borrowed input types the handler fills from its preallocated tables) and how it
 //! is written as a MessagePack payload (SCHEMA.md §4).
 
-use super::msgpack::{write_text, Cursor, MapW, NoRoom, R};
-use rmp::encode as mp;
+use super::msgpack::{Cursor, MapW, NoRoom, R};
 
 /// The operating system the report comes from. Empty text fields are left out of the report.
 #[derive(Clone, Copy, Debug, Default)]
@@ -214,10 +213,9 @@ pub(super) fn encode_exception(w: &mut Cursor<'_>, e: &Exception<'_>) -> R {
     map.opt_uint(w, "mt", e.mach_type.map(u64::from))?;
     if !e.mach_codes.is_empty() {
         map.key(w, "mc")?;
-        let n = u32::try_from(e.mach_codes.len()).map_err(|_| NoRoom)?;
-        mp::write_array_len(w, n)?;
+        w.array_len(e.mach_codes.len())?;
         for c in e.mach_codes {
-            mp::write_sint(w, *c)?;
+            w.sint(*c)?;
         }
     }
     map.opt_sint(w, "sig", e.signal.map(i64::from))?;
@@ -236,26 +234,24 @@ pub(super) fn encode_thread(w: &mut Cursor<'_>, t: &Thread<'_>) -> R {
     map.flag(w, "c", t.crashed)?;
     if !t.captured {
         map.key(w, "cap")?;
-        mp::write_bool(w, false)?;
+        w.bool(false)?;
     }
     map.text(w, "why", t.reason)?;
     if !t.register_set.is_empty() {
         map.text(w, "rs", t.register_set)?;
         map.key(w, "r")?;
-        let n = u32::try_from(t.registers.len()).map_err(|_| NoRoom)?;
-        mp::write_array_len(w, n)?;
+        w.array_len(t.registers.len())?;
         for r in t.registers {
             match r {
-                Some(v) => mp::write_uint(w, *v).map(|_| ())?,
-                None => mp::write_nil(w)?,
+                Some(v) => w.uint(*v)?,
+                None => w.nil()?,
             }
         }
     }
     map.key(w, "f")?;
-    let n = u32::try_from(t.frames.len()).map_err(|_| NoRoom)?;
-    mp::write_array_len(w, n)?;
+    w.array_len(t.frames.len())?;
     for f in t.frames {
-        mp::write_uint(w, *f)?;
+        w.uint(*f)?;
     }
     if !t.trust.is_empty() {
         map.bin(w, "tr", t.trust.get(..t.trust.len().min(t.frames.len())).unwrap_or(&[]))?;
@@ -263,13 +259,12 @@ pub(super) fn encode_thread(w: &mut Cursor<'_>, t: &Thread<'_>) -> R {
     map.flag(w, "ft", t.frames_truncated)?;
     if !t.repeats.is_empty() {
         map.key(w, "rep")?;
-        let n = u32::try_from(t.repeats.len()).map_err(|_| NoRoom)?;
-        mp::write_array_len(w, n)?;
+        w.array_len(t.repeats.len())?;
         for r in t.repeats {
-            mp::write_array_len(w, 3)?;
-            mp::write_uint(w, u64::from(r.start))?;
-            mp::write_uint(w, u64::from(r.len))?;
-            mp::write_uint(w, u64::from(r.count))?;
+            w.array_len(3)?;
+            w.uint(u64::from(r.start))?;
+            w.uint(u64::from(r.len))?;
+            w.uint(u64::from(r.count))?;
         }
     }
     map.close(w)
@@ -297,10 +292,8 @@ pub(super) fn encode_image_chunk(w: &mut Cursor<'_>, first_index: u32, images: &
         map.uint(w, "i", u64::from(first_index))?;
         map.key(w, "l")?;
         map.close(w)?;
-        // array16 with a count patched below.
-        let at = w.pos;
-        std::io::Write::write_all(w, &[0xdc, 0, 0])?;
-        Ok(at)
+        // The image count is patched in below, when it is known.
+        w.reserve_array16()
     })();
     let Ok(count_at) = head else { return (0, 0) };
     let mut n = 0usize;
@@ -312,8 +305,7 @@ pub(super) fn encode_image_chunk(w: &mut Cursor<'_>, first_index: u32, images: &
         n += 1;
         good_len = w.pos;
     }
-    let count = u16::try_from(n).unwrap_or(u16::MAX).to_be_bytes();
-    if w.patch(count_at + 1, &count).is_err() {
+    if w.patch_array16(count_at, n).is_err() {
         return (0, 0);
     }
     (good_len, n)
@@ -322,13 +314,12 @@ pub(super) fn encode_image_chunk(w: &mut Cursor<'_>, first_index: u32, images: &
 pub(super) fn encode_messages(w: &mut Cursor<'_>, messages: &[Message<'_>]) -> R {
     let mut map = MapW::open(w)?;
     map.key(w, "l")?;
-    let n = u32::try_from(messages.len()).map_err(|_| NoRoom)?;
-    mp::write_array_len(w, n)?;
+    w.array_len(messages.len())?;
     for m in messages {
         let mut mm = MapW::open(w)?;
         mm.text(w, "s", m.source)?;
         mm.key(w, "m")?;
-        write_text(w, m.text)?;
+        w.text(m.text)?;
         mm.close(w)?;
     }
     map.close(w)
@@ -337,11 +328,10 @@ pub(super) fn encode_messages(w: &mut Cursor<'_>, messages: &[Message<'_>]) -> R
 pub(super) fn encode_user(w: &mut Cursor<'_>, pairs: &[KeyValue<'_>]) -> R {
     let mut map = MapW::open(w)?;
     map.key(w, "kv")?;
-    let n = u32::try_from(pairs.len()).map_err(|_| NoRoom)?;
-    mp::write_map_len(w, n)?;
+    w.map_len(pairs.len())?;
     for kv in pairs {
-        write_text(w, kv.key)?;
-        write_text(w, kv.value)?;
+        w.text(kv.key)?;
+        w.text(kv.value)?;
     }
     map.close(w)
 }
