@@ -154,7 +154,7 @@ pub fn section_header(kind: SectionKind, payload: &[u8]) -> [u8; SECTION_HEADER_
 }
 
 fn put(dst: &mut [u8], at: usize, src: &[u8]) {
-    if let Some(d) = dst.get_mut(at..at + src.len()) {
+    if let Some(d) = at.checked_add(src.len()).and_then(|end| dst.get_mut(at..end)) {
         d.copy_from_slice(src);
     }
 }
@@ -179,10 +179,8 @@ pub fn parse_section_header(bytes: &[u8]) -> Option<SectionHeader> {
     if h.get(..4)? != SECTION_SYNC {
         return None;
     }
-    let u16_at = |i: usize| -> Option<u16> { Some(u16::from_le_bytes([*h.get(i)?, *h.get(i + 1)?])) };
-    let u32_at = |i: usize| -> Option<u32> {
-        Some(u32::from_le_bytes([*h.get(i)?, *h.get(i + 1)?, *h.get(i + 2)?, *h.get(i + 3)?]))
-    };
+    let u16_at = |i: usize| -> Option<u16> { Some(u16::from_le_bytes(h.get(i..)?.get(..2)?.try_into().ok()?)) };
+    let u32_at = |i: usize| -> Option<u32> { Some(u32::from_le_bytes(h.get(i..)?.get(..4)?.try_into().ok()?)) };
     if crc32fast::hash(h.get(..16)?) != u32_at(16)? {
         return None;
     }

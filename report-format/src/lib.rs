@@ -13,7 +13,30 @@
 //! - [`owned`]: launch-time encoding of an owned [`model::Report`] (tests, tools, fixtures).
 
 pub mod decode;
+// Runs after a fault: no indexing, unwrapping, panicking or unchecked arithmetic (tests excepted), the same lints
+// as the handler's crash-path modules. `framing` builds the headers the encoder writes.
+#[cfg_attr(
+    not(test),
+    deny(
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::arithmetic_side_effects
+    )
+)]
 pub mod encode;
+// Called by the encoder after a fault (see `encode`).
+#[cfg_attr(
+    not(test),
+    deny(
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::arithmetic_side_effects
+    )
+)]
 pub mod framing;
 pub mod mach_names;
 pub mod model;

@@ -148,7 +148,7 @@ impl<'s, S: Sink> Encoder<'s, S> {
                 return Err(EncodeError::ScratchTooSmall(SectionKind::Images));
             }
             self.emit(SectionKind::Images, len)?;
-            done += n;
+            done = done.saturating_add(n);
         }
         Ok(())
     }
@@ -218,7 +218,7 @@ impl<'s, S: Sink> Encoder<'s, S> {
         let header = framing::section_header(kind, payload);
         self.sink.write_all(&header)?;
         self.sink.write_all(payload)?;
-        self.offset += (SECTION_HEADER_LEN + len) as u64;
+        self.offset = self.offset.saturating_add(SECTION_HEADER_LEN.saturating_add(len) as u64);
         self.sections = self.sections.saturating_add(1);
         Ok(())
     }

@@ -36,7 +36,8 @@ impl<'b> Cursor<'b> {
 
     /// Overwrites already written bytes (used to patch a reserved fixmap/array16 count).
     pub(super) fn patch(&mut self, at: usize, bytes: &[u8]) -> R {
-        let dst = self.buf.get_mut(at..at + bytes.len()).ok_or(NoRoom)?;
+        let end = at.checked_add(bytes.len()).ok_or(NoRoom)?;
+        let dst = self.buf.get_mut(at..end).ok_or(NoRoom)?;
         dst.copy_from_slice(bytes);
         Ok(())
     }
@@ -113,7 +114,7 @@ impl<'b> Cursor<'b> {
     /// Sets the count of the `array16` header reserved at `at` (counts past 65535 are written as 65535).
     pub(super) fn patch_array16(&mut self, at: usize, n: usize) -> R {
         let count = u16::try_from(n).unwrap_or(u16::MAX).to_be_bytes();
-        self.patch(at + 1, &count)
+        self.patch(at.checked_add(1).ok_or(NoRoom)?, &count)
     }
 }
 
@@ -150,10 +151,7 @@ impl MapW {
 
     /// Writes key `k`; its value must follow.
     pub(super) fn key(&mut self, w: &mut Cursor<'_>, k: &str) -> R {
-        if self.n >= 15 {
-            return Err(NoRoom);
-        }
-        self.n += 1;
+        self.n = self.n.checked_add(1).filter(|&n| n <= 15).ok_or(NoRoom)?;
         w.str(k)
     }
 
@@ -226,12 +224,13 @@ fn write_text(w: &mut Cursor<'_>, v: &[u8]) -> R {
             }
             Err(e) => {
                 let good = e.valid_up_to();
-                let bad = e.error_len().unwrap_or(rest.len() - good);
+                // An incomplete sequence at the end (no error length) is replaced up to the end.
+                let bad = e.error_len().unwrap_or(rest.len().saturating_sub(good));
                 w.raw(rest.get(..good).unwrap_or(&[]))?;
                 for _ in 0..bad {
                     w.raw(b"?")?;
                 }
-                rest = rest.get(good + bad..).unwrap_or(&[]);
+                rest = rest.get(good.saturating_add(bad)..).unwrap_or(&[]);
             }
         }
     }

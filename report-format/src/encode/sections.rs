@@ -302,7 +302,7 @@ pub(super) fn encode_image_chunk(w: &mut Cursor<'_>, first_index: u32, images: &
         if encode_image(w, img).is_err() {
             break;
         }
-        n += 1;
+        n = n.saturating_add(1);
         good_len = w.pos;
     }
     if w.patch_array16(count_at, n).is_err() {
