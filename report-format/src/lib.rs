@@ -5,6 +5,7 @@
 //! every byte; the modules implement it:
 //!
 //! - [`framing`]: header and section layout, constants, checksums (pure, allocation-free).
+//! - [`keys`]: every on-disk key, spelled once: section kind numbers and the MessagePack map keys of each payload.
 //! - [`encode`]: the crash-time encoder. Never allocates, locks or panics; writes into caller-provided buffers.
 //! - [`decode`](mod@decode): the launch-time decoder. Recovers every intact section of a damaged file and lists what is missing.
 //! - [`model`]: the decoded, owned report (also the stable JSON shape).
@@ -38,6 +39,7 @@ pub mod encode;
     )
 )]
 pub mod framing;
+pub mod keys;
 pub mod mach_names;
 pub mod model;
 pub mod owned;

@@ -2,6 +2,7 @@
 //! is written as a MessagePack payload (SCHEMA.md §4).
 
 use super::msgpack::{Cursor, MapW, NoRoom, R};
+use crate::keys;
 
 /// The operating system the report comes from. Empty text fields are left out of the report.
 #[derive(Clone, Copy, Debug, Default)]
@@ -174,72 +175,72 @@ pub const IMAGES_PER_SECTION: usize = 64;
 
 pub(super) fn encode_meta(w: &mut Cursor<'_>, m: &Meta<'_>) -> R {
     let mut map = MapW::open(w)?;
-    map.bin(w, "id", &m.report_id)?;
-    map.uint(w, "t", m.capture_time_ns)?;
-    map.text(w, "v", m.handler_version)?;
-    map.text(w, "arch", m.arch)?;
-    map.text(w, "hw", m.hardware_model)?;
+    map.bin(w, keys::meta::ID, &m.report_id)?;
+    map.uint(w, keys::meta::TIME, m.capture_time_ns)?;
+    map.text(w, keys::meta::HANDLER_VERSION, m.handler_version)?;
+    map.text(w, keys::meta::ARCH, m.arch)?;
+    map.text(w, keys::meta::HARDWARE_MODEL, m.hardware_model)?;
 
-    map.key(w, "os")?;
+    map.key(w, keys::meta::OS)?;
     let mut os = MapW::open(w)?;
-    os.text(w, "n", m.os.name)?;
-    os.text(w, "v", m.os.version)?;
-    os.text(w, "b", m.os.build)?;
+    os.text(w, keys::os::NAME, m.os.name)?;
+    os.text(w, keys::os::VERSION, m.os.version)?;
+    os.text(w, keys::os::BUILD, m.os.build)?;
     os.close(w)?;
 
-    map.key(w, "p")?;
+    map.key(w, keys::meta::PROCESS)?;
     let p = &m.process;
     let mut pm = MapW::open(w)?;
-    pm.opt_uint(w, "pid", p.pid.map(u64::from))?;
-    pm.opt_uint(w, "ppid", p.parent_pid.map(u64::from))?;
-    pm.text(w, "n", p.name)?;
-    pm.text(w, "path", p.path)?;
-    pm.text(w, "pn", p.parent_name)?;
-    pm.text(w, "id", p.bundle_id)?;
-    pm.text(w, "sv", p.short_version)?;
-    pm.text(w, "bv", p.build_version)?;
-    pm.opt_uint(w, "lt", p.launch_time_ns)?;
+    pm.opt_uint(w, keys::process::PID, p.pid.map(u64::from))?;
+    pm.opt_uint(w, keys::process::PARENT_PID, p.parent_pid.map(u64::from))?;
+    pm.text(w, keys::process::NAME, p.name)?;
+    pm.text(w, keys::process::PATH, p.path)?;
+    pm.text(w, keys::process::PARENT_NAME, p.parent_name)?;
+    pm.text(w, keys::process::BUNDLE_ID, p.bundle_id)?;
+    pm.text(w, keys::process::SHORT_VERSION, p.short_version)?;
+    pm.text(w, keys::process::BUILD_VERSION, p.build_version)?;
+    pm.opt_uint(w, keys::process::LAUNCH_TIME, p.launch_time_ns)?;
     pm.close(w)?;
 
-    map.opt_uint(w, "tc", m.thread_count.map(u64::from))?;
-    map.opt_uint(w, "ic", m.image_count.map(u64::from))?;
-    map.flag(w, "min", m.minimal)?;
-    map.text(w, "note", m.note)?;
+    map.opt_uint(w, keys::meta::THREAD_COUNT, m.thread_count.map(u64::from))?;
+    map.opt_uint(w, keys::meta::IMAGE_COUNT, m.image_count.map(u64::from))?;
+    map.flag(w, keys::meta::MINIMAL, m.minimal)?;
+    map.text(w, keys::meta::NOTE, m.note)?;
     map.close(w)
 }
 
 pub(super) fn encode_exception(w: &mut Cursor<'_>, e: &Exception<'_>) -> R {
     let mut map = MapW::open(w)?;
-    map.opt_uint(w, "mt", e.mach_type.map(u64::from))?;
+    map.opt_uint(w, keys::exception::MACH_TYPE, e.mach_type.map(u64::from))?;
     if !e.mach_codes.is_empty() {
-        map.key(w, "mc")?;
+        map.key(w, keys::exception::MACH_CODES)?;
         w.array_len(e.mach_codes.len())?;
         for c in e.mach_codes {
             w.sint(*c)?;
         }
     }
-    map.opt_sint(w, "sig", e.signal.map(i64::from))?;
-    map.opt_sint(w, "code", e.si_code.map(i64::from))?;
-    map.opt_uint(w, "addr", e.fault_address)?;
-    map.opt_uint(w, "ct", e.crashed_thread.map(u64::from))?;
+    map.opt_sint(w, keys::exception::SIGNAL, e.signal.map(i64::from))?;
+    map.opt_sint(w, keys::exception::SI_CODE, e.si_code.map(i64::from))?;
+    map.opt_uint(w, keys::exception::FAULT_ADDRESS, e.fault_address)?;
+    map.opt_uint(w, keys::exception::CRASHED_THREAD, e.crashed_thread.map(u64::from))?;
     map.close(w)
 }
 
 pub(super) fn encode_thread(w: &mut Cursor<'_>, t: &Thread<'_>) -> R {
     let mut map = MapW::open(w)?;
-    map.uint(w, "i", u64::from(t.index))?;
-    map.opt_uint(w, "id", t.id)?;
-    map.text(w, "n", t.name)?;
-    map.text(w, "q", t.queue)?;
-    map.flag(w, "c", t.crashed)?;
+    map.uint(w, keys::thread::INDEX, u64::from(t.index))?;
+    map.opt_uint(w, keys::thread::ID, t.id)?;
+    map.text(w, keys::thread::NAME, t.name)?;
+    map.text(w, keys::thread::QUEUE, t.queue)?;
+    map.flag(w, keys::thread::CRASHED, t.crashed)?;
     if !t.captured {
-        map.key(w, "cap")?;
+        map.key(w, keys::thread::CAPTURED)?;
         w.bool(false)?;
     }
-    map.text(w, "why", t.reason)?;
+    map.text(w, keys::thread::NOT_CAPTURED_REASON, t.reason)?;
     if !t.register_set.is_empty() {
-        map.text(w, "rs", t.register_set)?;
-        map.key(w, "r")?;
+        map.text(w, keys::thread::REGISTER_SET, t.register_set)?;
+        map.key(w, keys::thread::REGISTERS)?;
         w.array_len(t.registers.len())?;
         for r in t.registers {
             match r {
@@ -248,17 +249,17 @@ pub(super) fn encode_thread(w: &mut Cursor<'_>, t: &Thread<'_>) -> R {
             }
         }
     }
-    map.key(w, "f")?;
+    map.key(w, keys::thread::FRAMES)?;
     w.array_len(t.frames.len())?;
     for f in t.frames {
         w.uint(*f)?;
     }
     if !t.trust.is_empty() {
-        map.bin(w, "tr", t.trust.get(..t.trust.len().min(t.frames.len())).unwrap_or(&[]))?;
+        map.bin(w, keys::thread::FRAME_TRUST, t.trust.get(..t.trust.len().min(t.frames.len())).unwrap_or(&[]))?;
     }
-    map.flag(w, "ft", t.frames_truncated)?;
+    map.flag(w, keys::thread::FRAMES_TRUNCATED, t.frames_truncated)?;
     if !t.repeats.is_empty() {
-        map.key(w, "rep")?;
+        map.key(w, keys::thread::REPEATS)?;
         w.array_len(t.repeats.len())?;
         for r in t.repeats {
             w.array_len(3)?;
@@ -272,16 +273,16 @@ pub(super) fn encode_thread(w: &mut Cursor<'_>, t: &Thread<'_>) -> R {
 
 fn encode_image(w: &mut Cursor<'_>, img: &Image<'_>) -> R {
     let mut map = MapW::open(w)?;
-    map.text(w, "p", img.path)?;
-    map.text(w, "n", img.name)?;
-    map.uint(w, "b", img.load_address)?;
-    map.uint(w, "s", img.size)?;
-    map.opt_sint(w, "sl", img.slide)?;
+    map.text(w, keys::image::PATH, img.path)?;
+    map.text(w, keys::image::NAME, img.name)?;
+    map.uint(w, keys::image::LOAD_ADDRESS, img.load_address)?;
+    map.uint(w, keys::image::SIZE, img.size)?;
+    map.opt_sint(w, keys::image::SLIDE, img.slide)?;
     if !img.id.is_empty() {
-        map.bin(w, "id", img.id)?;
-        map.uint(w, "k", u64::from(img.id_kind))?;
+        map.bin(w, keys::image::ID, img.id)?;
+        map.uint(w, keys::image::ID_KIND, u64::from(img.id_kind))?;
     }
-    map.text(w, "a", img.arch)?;
+    map.text(w, keys::image::ARCH, img.arch)?;
     map.close(w)
 }
 
@@ -289,8 +290,8 @@ fn encode_image(w: &mut Cursor<'_>, img: &Image<'_>) -> R {
 pub(super) fn encode_image_chunk(w: &mut Cursor<'_>, first_index: u32, images: &[Image<'_>]) -> (usize, usize) {
     let head = (|| -> Result<usize, NoRoom> {
         let mut map = MapW::open(w)?;
-        map.uint(w, "i", u64::from(first_index))?;
-        map.key(w, "l")?;
+        map.uint(w, keys::images::FIRST_INDEX, u64::from(first_index))?;
+        map.key(w, keys::images::LIST)?;
         map.close(w)?;
         // The image count is patched in below, when it is known.
         w.reserve_array16()
@@ -313,12 +314,12 @@ pub(super) fn encode_image_chunk(w: &mut Cursor<'_>, first_index: u32, images: &
 
 pub(super) fn encode_messages(w: &mut Cursor<'_>, messages: &[Message<'_>]) -> R {
     let mut map = MapW::open(w)?;
-    map.key(w, "l")?;
+    map.key(w, keys::messages::LIST)?;
     w.array_len(messages.len())?;
     for m in messages {
         let mut mm = MapW::open(w)?;
-        mm.text(w, "s", m.source)?;
-        mm.key(w, "m")?;
+        mm.text(w, keys::message::SOURCE, m.source)?;
+        mm.key(w, keys::message::TEXT)?;
         w.text(m.text)?;
         mm.close(w)?;
     }
@@ -327,7 +328,7 @@ pub(super) fn encode_messages(w: &mut Cursor<'_>, messages: &[Message<'_>]) -> R
 
 pub(super) fn encode_user(w: &mut Cursor<'_>, pairs: &[KeyValue<'_>]) -> R {
     let mut map = MapW::open(w)?;
-    map.key(w, "kv")?;
+    map.key(w, keys::user::VALUES)?;
     w.map_len(pairs.len())?;
     for kv in pairs {
         w.text(kv.key)?;
@@ -338,7 +339,7 @@ pub(super) fn encode_user(w: &mut Cursor<'_>, pairs: &[KeyValue<'_>]) -> R {
 
 pub(super) fn encode_end(w: &mut Cursor<'_>, sections: u32, offset: u64) -> R {
     let mut map = MapW::open(w)?;
-    map.uint(w, "n", u64::from(sections))?;
-    map.uint(w, "o", offset)?;
+    map.uint(w, keys::end::SECTION_COUNT, u64::from(sections))?;
+    map.uint(w, keys::end::OFFSET, offset)?;
     map.close(w)
 }
