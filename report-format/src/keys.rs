@@ -5,7 +5,8 @@
 //! `n` is a thread's name in THREAD and the section count in END). One module per map, each with the keys as
 //! constants and `ALL`, every key of the map in the order the encoder writes them and SCHEMA.md lists them.
 //!
-//! The crash-time encoder ([`crate::encode`]) writes these constants.
+//! The crash-time encoder ([`crate::encode`]) writes these constants; [`crate::framing`] maps the [`section`]
+//! numbers to [`crate::framing::SectionKind`] and back.
 
 /// Section kind numbers: the `kind` field of a section header (SCHEMA.md §3), little-endian `u16` on disk.
 pub mod section {
