@@ -6,7 +6,9 @@
 //! constants and `ALL`, every key of the map in the order the encoder writes them and SCHEMA.md lists them.
 //!
 //! The crash-time encoder ([`crate::encode`]) writes these constants; [`crate::framing`] maps the [`section`]
-//! numbers to [`crate::framing::SectionKind`] and back.
+//! numbers to [`crate::framing::SectionKind`] and back. The decoder reads payloads into serde-derived structs whose
+//! field names are the keys (serde needs them as identifiers, not constants); a unit test in `decode` checks that
+//! each of those structs reads exactly the keys of its map here, in this order.
 
 /// Section kind numbers: the `kind` field of a section header (SCHEMA.md §3), little-endian `u16` on disk.
 pub mod section {
