@@ -9,6 +9,10 @@
 //! numbers to [`crate::framing::SectionKind`] and back. The decoder reads payloads into serde-derived structs whose
 //! field names are the keys (serde needs them as identifiers, not constants); a unit test in `decode` checks that
 //! each of those structs reads exactly the keys of its map here, in this order.
+//!
+//! `tests/keys.rs` checks the rest: the encoder writes exactly these keys in this order, every field it writes
+//! decodes back unchanged, and SCHEMA.md's key tables (one per map, in [`MAPS`]'s order) and its table of section
+//! kinds list exactly these keys and numbers. A key cannot change in one place only.
 
 /// Section kind numbers: the `kind` field of a section header (SCHEMA.md §3), little-endian `u16` on disk.
 pub mod section {
