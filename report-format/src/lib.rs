@@ -1,8 +1,8 @@
 //! The crash report file format.
 //!
 //! A report is a file header (magic and format version), then length-delimited sections each with its own CRC-32,
-//! then an end marker. Section payloads are MessagePack maps with short keys. `SCHEMA.md` in this crate specifies
-//! every byte; the modules implement it:
+//! then an end marker. Section payloads are MessagePack maps with short keys. `SCHEMA.md` in this crate, shown here as
+//! [`schema`], specifies every byte; the modules implement it:
 //!
 //! - [`framing`]: header and section layout, constants, checksums (pure, allocation-free).
 //! - [`keys`]: every on-disk key, spelled once: section kind numbers and the MessagePack map keys of each payload.
@@ -12,6 +12,7 @@
 //! - [`regs`]: register-set names and orders.
 //! - [`mach_names`]: names of the Mach codes the EXCEPTION section stores.
 //! - [`owned`]: launch-time encoding of an owned [`model::Report`] (tests, tools, fixtures).
+//! - [`schema`]: the format specification, `SCHEMA.md`.
 
 pub mod decode;
 // Runs after a fault: no indexing, unwrapping, panicking or unchecked arithmetic (tests excepted), the same lints
@@ -45,6 +46,11 @@ pub mod model;
 pub mod owned;
 pub mod regs;
 pub mod transport;
+
+// The specification itself, so `cargo doc` shows it next to the code that implements it. Its tables are checked
+// against `keys` by `tests/keys.rs`.
+#[doc = include_str!("../SCHEMA.md")]
+pub mod schema {}
 
 pub use decode::{decode, DecodeError, Decoded, Problem, ProblemKind, SectionInfo, SectionStatus};
 pub use model::Report;
