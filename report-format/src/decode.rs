@@ -4,8 +4,8 @@
 //! Walk: check the file header, then read section headers one after another. A header whose sync bytes or CRC are
 //! wrong is skipped by scanning forward for the next valid header (each header carries its own CRC, so a false
 //! match is negligible). A payload whose CRC fails is skipped using its (CRC-checked) length. Payloads are decoded
-//! with `rmp-serde` into private wire structs with the short on-disk keys: unknown keys are ignored, missing keys take
-//! their defaults. Nothing here allocates more than a small multiple of the input: every length is checked against
+//! with `rmp-serde` into private wire structs whose fields are the short on-disk keys of [`crate::keys`]: unknown keys
+//! are ignored, missing keys take their defaults. Nothing here allocates more than a small multiple of the input: every length is checked against
 //! the bytes actually present, and serde caps preallocation for declared sequence lengths.
 //!
 //! Never panics, on any input (property tests and a fuzz target check it).
@@ -513,7 +513,10 @@ fn counts(meta: Option<&Meta>) -> (Option<u32>, Option<u32>) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Wire structs: the short on-disk keys of SCHEMA.md. Unknown keys are ignored; missing keys take defaults.
+// Wire structs: one per MessagePack map of the format. Their field names are the on-disk keys (serde reads a field
+// under its name and needs it as an identifier, so the keys cannot be the `crate::keys` constants here): the test
+// `wire_structs_read_exactly_the_keys` below checks that each struct's fields are exactly its map's `crate::keys`
+// list, in order. Unknown keys are ignored; missing keys take defaults.
 
 /// Bytes from a MessagePack bin (or an array of small integers).
 #[derive(Default, Debug)]
@@ -776,4 +779,61 @@ struct WEnd {
     n: u32,
     #[allow(dead_code)]
     o: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys;
+    use serde::de::{self, DeserializeOwned, Visitor};
+
+    /// The keys a serde-derived wire struct reads: the `fields` list its derived `Deserialize` hands to
+    /// `deserialize_struct` (field names, after any renaming), captured by a deserializer that reads nothing.
+    fn wire_keys<T: DeserializeOwned>() -> &'static [&'static str] {
+        struct Capture(Option<&'static [&'static str]>);
+        impl<'de> de::Deserializer<'de> for &mut Capture {
+            type Error = de::value::Error;
+            fn deserialize_struct<V: Visitor<'de>>(
+                self,
+                _name: &'static str,
+                fields: &'static [&'static str],
+                _visitor: V,
+            ) -> Result<V::Value, Self::Error> {
+                self.0 = Some(fields);
+                Err(de::Error::custom("fields captured"))
+            }
+            fn deserialize_any<V: Visitor<'de>>(self, _visitor: V) -> Result<V::Value, Self::Error> {
+                Err(de::Error::custom("not a struct"))
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+                unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+            }
+        }
+        let mut c = Capture(None);
+        assert!(T::deserialize(&mut c).is_err());
+        c.0.expect("a serde-derived struct")
+    }
+
+    #[test]
+    fn wire_structs_read_exactly_the_keys() {
+        let wire: [(&str, &[&str]); 11] = [
+            ("META", wire_keys::<WMeta>()),
+            ("OS map", wire_keys::<WOs>()),
+            ("Process map", wire_keys::<WProcess>()),
+            ("EXCEPTION", wire_keys::<WException>()),
+            ("THREAD", wire_keys::<WThread>()),
+            ("IMAGES", wire_keys::<WImages>()),
+            ("Image map", wire_keys::<WImage>()),
+            ("MESSAGES", wire_keys::<WMessages>()),
+            ("Message map", wire_keys::<WMessage>()),
+            ("USER", wire_keys::<WUser>()),
+            ("END", wire_keys::<WEnd>()),
+        ];
+        assert_eq!(wire.len(), keys::MAPS.len(), "a map without a wire struct, or the reverse");
+        for (map, (name, fields)) in keys::MAPS.iter().zip(wire) {
+            assert_eq!(map.name, name);
+            assert_eq!(map.keys, fields, "{name}: the decoder reads other keys than crate::keys lists");
+        }
+    }
 }

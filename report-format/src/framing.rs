@@ -5,6 +5,8 @@
 //!
 //! Everything here is pure and allocation-free, so the crash-time encoder may call it.
 
+use crate::keys::section;
+
 /// The 8 magic bytes that open every report: `\x89CRP\r\n\x1a\n`.
 ///
 /// Built like PNG's signature: a high-bit byte catches 7-bit transports, `\r\n` and `\x1a` catch newline and
@@ -34,7 +36,7 @@ pub const SECTION_HEADER_LEN: usize = 20;
 /// corruption. Writers keep sections far smaller (one thread, or one chunk of images, per section).
 pub const MAX_SECTION_LEN: u32 = 16 * 1024 * 1024;
 
-/// What a section holds. The numeric values are part of the format (SCHEMA.md §3).
+/// What a section holds. The numeric values are part of the format (SCHEMA.md §3), spelled in [`section`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SectionKind {
     /// Report id, capture time, process, OS, hardware, architecture (kind 1).
@@ -56,16 +58,16 @@ pub enum SectionKind {
 }
 
 impl SectionKind {
-    /// The on-disk number of this kind.
+    /// The on-disk number of this kind ([`section`]).
     pub const fn code(self) -> u16 {
         match self {
-            SectionKind::Meta => 1,
-            SectionKind::Exception => 2,
-            SectionKind::Thread => 3,
-            SectionKind::Images => 4,
-            SectionKind::Messages => 5,
-            SectionKind::User => 6,
-            SectionKind::End => 0xFFFF,
+            SectionKind::Meta => section::META,
+            SectionKind::Exception => section::EXCEPTION,
+            SectionKind::Thread => section::THREAD,
+            SectionKind::Images => section::IMAGES,
+            SectionKind::Messages => section::MESSAGES,
+            SectionKind::User => section::USER,
+            SectionKind::End => section::END,
             SectionKind::Unknown(c) => c,
         }
     }
@@ -73,13 +75,13 @@ impl SectionKind {
     /// The kind for an on-disk number; numbers this version does not know map to [`SectionKind::Unknown`].
     pub const fn from_code(code: u16) -> Self {
         match code {
-            1 => SectionKind::Meta,
-            2 => SectionKind::Exception,
-            3 => SectionKind::Thread,
-            4 => SectionKind::Images,
-            5 => SectionKind::Messages,
-            6 => SectionKind::User,
-            0xFFFF => SectionKind::End,
+            section::META => SectionKind::Meta,
+            section::EXCEPTION => SectionKind::Exception,
+            section::THREAD => SectionKind::Thread,
+            section::IMAGES => SectionKind::Images,
+            section::MESSAGES => SectionKind::Messages,
+            section::USER => SectionKind::User,
+            section::END => SectionKind::End,
             c => SectionKind::Unknown(c),
         }
     }
@@ -154,7 +156,7 @@ pub fn section_header(kind: SectionKind, payload: &[u8]) -> [u8; SECTION_HEADER_
 }
 
 fn put(dst: &mut [u8], at: usize, src: &[u8]) {
-    if let Some(d) = dst.get_mut(at..at + src.len()) {
+    if let Some(d) = at.checked_add(src.len()).and_then(|end| dst.get_mut(at..end)) {
         d.copy_from_slice(src);
     }
 }
@@ -179,10 +181,8 @@ pub fn parse_section_header(bytes: &[u8]) -> Option<SectionHeader> {
     if h.get(..4)? != SECTION_SYNC {
         return None;
     }
-    let u16_at = |i: usize| -> Option<u16> { Some(u16::from_le_bytes([*h.get(i)?, *h.get(i + 1)?])) };
-    let u32_at = |i: usize| -> Option<u32> {
-        Some(u32::from_le_bytes([*h.get(i)?, *h.get(i + 1)?, *h.get(i + 2)?, *h.get(i + 3)?]))
-    };
+    let u16_at = |i: usize| -> Option<u16> { Some(u16::from_le_bytes(h.get(i..)?.get(..2)?.try_into().ok()?)) };
+    let u32_at = |i: usize| -> Option<u32> { Some(u32::from_le_bytes(h.get(i..)?.get(..4)?.try_into().ok()?)) };
     if crc32fast::hash(h.get(..16)?) != u32_at(16)? {
         return None;
     }
@@ -229,5 +229,15 @@ mod tests {
         for c in [1u16, 2, 3, 4, 5, 6, 7, 0xFFFF, 0x1234] {
             assert_eq!(SectionKind::from_code(c).code(), c);
         }
+    }
+
+    #[test]
+    fn every_named_kind_is_known_by_its_number_and_name() {
+        for &(name, code) in section::ALL {
+            let kind = SectionKind::from_code(code);
+            assert!(!matches!(kind, SectionKind::Unknown(_)), "{name}");
+            assert_eq!(kind.name(), name.to_ascii_lowercase());
+        }
+        assert_eq!(SectionKind::from_code(0), SectionKind::Unknown(0));
     }
 }

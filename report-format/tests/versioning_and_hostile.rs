@@ -3,6 +3,7 @@
 
 use report_format::encode::{Encoder, Thread};
 use report_format::framing::{self, SectionKind};
+use report_format::keys;
 use report_format::{decode, DecodeError, ProblemKind, SectionStatus};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -104,7 +105,7 @@ fn newer_major_version_is_refused() {
 #[test]
 fn unknown_sections_and_keys_are_skipped_missing_keys_default() {
     let thread = mp_map(&[
-        ("i", &|v| {
+        (keys::thread::INDEX, &|v| {
             rmp::encode::write_uint(v, 3).expect("vec");
         }),
         ("future_key", &|v| {
@@ -138,13 +139,13 @@ fn payload_of_the_wrong_shape_is_a_named_problem() {
 #[test]
 fn duplicate_meta_is_ignored_and_reported() {
     let meta = |pid: u64| {
-        mp_map(&[("p", &move |v: &mut Vec<u8>| {
+        mp_map(&[(keys::meta::PROCESS, &move |v: &mut Vec<u8>| {
             rmp::encode::write_map_len(v, 1).expect("vec");
-            rmp::encode::write_str(v, "pid").expect("vec");
+            rmp::encode::write_str(v, keys::process::PID).expect("vec");
             rmp::encode::write_uint(v, pid).expect("vec");
         })])
     };
-    let b = report_with_raw(&[(1, meta(10)), (1, meta(20))]);
+    let b = report_with_raw(&[(keys::section::META, meta(10)), (keys::section::META, meta(20))]);
     let d = decode(&b).expect("decodes");
     assert_eq!(d.report.meta.as_ref().and_then(|m| m.process.pid), Some(10));
     assert_eq!(d.problems[0].kind, ProblemKind::Duplicate);
@@ -157,9 +158,9 @@ fn a_huge_declared_array_does_not_allocate_gigabytes() {
     // A CRC-valid thread section whose frame array claims 4 billion entries.
     let mut payload = Vec::new();
     rmp::encode::write_map_len(&mut payload, 2).expect("vec");
-    rmp::encode::write_str(&mut payload, "i").expect("vec");
+    rmp::encode::write_str(&mut payload, keys::thread::INDEX).expect("vec");
     rmp::encode::write_uint(&mut payload, 0).expect("vec");
-    rmp::encode::write_str(&mut payload, "f").expect("vec");
+    rmp::encode::write_str(&mut payload, keys::thread::FRAMES).expect("vec");
     payload.extend_from_slice(&[0xdd, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02]);
     let b = report_with_raw(&[(SectionKind::Thread.code(), payload)]);
     let (total, largest, r) = measure_decode(&b);
