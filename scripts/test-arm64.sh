@@ -24,7 +24,8 @@
 #                         build in ARM64_TARGET_DIR, built if missing)
 # Exits non-zero when anything fails. From clean target dirs on 2 cores: ~4.5 min plain (mostly building std and
 # the three packages) plus ~1.3 min for the oracle's libreporter.a (rustls and ring included), ~2.7 min pac; with
-# warm target dirs ~3 min, nearly all of it tests under emulation (the oracle's 15 cases take ~50 s of it).
+# warm target dirs ~3.5 min plain (the frame oracle's 15 cases ~45 s of it) and ~2.7 min pac, nearly all of it
+# tests under emulation.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

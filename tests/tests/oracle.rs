@@ -102,14 +102,14 @@ fn summary(line: &str) {
 fn gdb() -> Option<PathBuf> {
     static GDB: OnceLock<Option<PathBuf>> = OnceLock::new();
     GDB.get_or_init(|| {
-        let (name, arch, package) = match emulator() {
-            Some(_) => ("gdb-multiarch", Some("aarch64"), "gdb-multiarch"),
-            None => ("gdb", None, "gdb"),
+        let (name, arch, what) = match emulator() {
+            Some(_) => ("gdb-multiarch", Some("aarch64"), "gdb-multiarch (with Python, debugging aarch64)"),
+            None => ("gdb", None, "gdb (with Python)"),
         };
         let found = find_gdb(name, arch);
         if found.is_none() {
-            assert!(!ci(), "{name} (with Python) is required under CI for the frame oracle: apt-get install {package}");
-            let why = format!("the frame oracle needs {name} with Python on PATH (or ORACLE_GDB); none found");
+            assert!(!ci(), "{what} is required under CI for the frame oracle: apt-get install {name}");
+            let why = format!("the frame oracle needs {what} on PATH (or ORACLE_GDB); none found");
             eprintln!("SKIPPED: {why}");
             summary(&format!("SKIPPED {why}"));
         }
