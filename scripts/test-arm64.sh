@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # arm64 for real: builds `report-format`, `handler` and `crash-tests` for aarch64-unknown-linux-gnu with Debian's
 # toolchain and runs their tests under qemu-user (../shared/docs/toolchain.md §2), in two passes:
-#   1. plain (frame pointers forced): `cargo test -p report-format -p handler -p crash-tests`;
+#   1. plain (frame pointers forced): `cargo test -p report-format -p handler -p crash-tests`, the frame oracle
+#      (`crash-tests --test oracle`: gdb-multiarch through qemu's gdb stub, against an aarch64 `libreporter.a` built
+#      here first) included;
 #   2. pointer authentication: the crash client (std and handler included) built with
 #      `-Zbranch-protection=pac-ret`, so every saved return address in a frame record is signed; the crash matrix
 #      (`crash-tests --test crashes`) runs against it, and the PAC probe (`crash-tests --test pac`, built the same
@@ -9,7 +11,9 @@
 #
 # Needs (this script installs nothing; .ci/run installs them):
 #   apt-get install -y --no-install-recommends rustc-web cargo-web rust-web-src gcc-aarch64-linux-gnu \
-#     libc6-dev-arm64-cross qemu-user
+#     libc6-dev-arm64-cross qemu-user gdb-multiarch
+# gdb-multiarch is the frame oracle's: without it the oracle's cases skip (with the reason printed here), and fail
+# when CI is set.
 # Never `rustup target add`: std is built from rust-web-src with -Zbuild-std.
 #
 # Usage: scripts/test-arm64.sh
@@ -19,7 +23,9 @@
 #   ARM64_PASSES          "plain pac" (default), or one of them (the pac pass's matrix harness is the plain
 #                         build in ARM64_TARGET_DIR, built if missing)
 # Exits non-zero when anything fails. From clean target dirs on 2 cores: ~4.5 min plain (mostly building std and
-# the three packages), ~2.7 min pac; with warm target dirs ~2.2 min, nearly all of it tests under emulation.
+# the three packages) plus ~1.3 min for the oracle's libreporter.a (rustls and ring included), ~2.7 min pac; with
+# warm target dirs ~3.5 min plain (the frame oracle's 15 cases ~45 s of it) and ~2.7 min pac, nearly all of it
+# tests under emulation.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -95,14 +101,51 @@ client_is_signed() {
   [ "$n" -gt 100 ]
 }
 
+# Whether CI is set (a missing oracle tool is a failure there, a skip elsewhere; tests/tests/oracle.rs decides the
+# same way).
+ci() { [ -n "${CI:-}" ] && [ "${CI}" != "false" ] && [ "${CI}" != "0" ]; }
+
+# The frame oracle's summary (tests/tests/oracle.rs writes a line per case to ORACLE_SUMMARY): how many cases
+# compared frames with gdb's. Passing tests' output is not shown, so this is where a run says it really compared.
+oracle_summary() {
+  local file="$1" passed skipped
+  passed=$(grep -c '^PASS ' "$file" 2>/dev/null || true)
+  skipped=$(grep -c '^SKIPPED ' "$file" 2>/dev/null || true)
+  [ -f "$file" ] && sed 's/^/  /' "$file"
+  echo "test-arm64: frame oracle: ${passed:-0} cases compared every thread's frames with gdb's (aarch64, under" \
+       "qemu-user), ${skipped:-0} skipped"
+  if command -v gdb-multiarch >/dev/null && [ "${passed:-0}" -eq 0 ]; then
+    echo "test-arm64: gdb-multiarch is installed but no oracle case compared frames" >&2
+    return 1
+  fi
+}
+
 pac_client="$pac_dir/$target/debug/crash-client"
 for pass in $passes; do
   case "$pass" in
     plain)
+      # The frame oracle's C clients link the reporter's static library through its C ABI; Cargo builds no
+      # staticlib for a dependency, and a build inside the running `cargo test` would wait for its lock.
+      step "plain: build libreporter.a (aarch64) for the frame oracle" \
+        aarch64 "$plain_dir" "$plain_flags" "" build -p reporter --lib
+      export ORACLE_STATICLIB="$plain_dir/$target/debug/libreporter.a"
+      if ! command -v gdb-multiarch >/dev/null; then
+        if ci; then
+          echo "test-arm64: gdb-multiarch missing (CI is set): the frame oracle cannot run; apt-get install" \
+               "gdb-multiarch" >&2
+          status=1
+        else
+          echo "test-arm64: gdb-multiarch missing: the frame oracle's cases skip (apt-get install gdb-multiarch)"
+        fi
+      fi
+      export ORACLE_SUMMARY="$plain_dir/oracle-summary.txt"
+      rm -f "$ORACLE_SUMMARY"
       # Everything of the three packages, frame pointers forced. tests/pac.rs: return addresses must be unsigned.
       export CRASH_TESTS_EXPECT_PAC=0
       step "plain: cargo test -p report-format -p handler -p crash-tests" \
         aarch64 "$plain_dir" "$plain_flags" "" test -p report-format -p handler -p crash-tests
+      step "plain: the frame oracle ran" oracle_summary "$ORACLE_SUMMARY"
+      unset ORACLE_SUMMARY ORACLE_STATICLIB
       ;;
     pac)
       # pac-ret: every function that saves x30 signs it (paciasp) before storing it in its frame record, std and

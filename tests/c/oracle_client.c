@@ -106,20 +106,45 @@ NOINLINE void *pipe_thread(void *arg) {
   return NULL;
 }
 
-/* Waits until thread `t` is blocked in system call `nr` (first field of /proc/self/task/<t>/syscall). */
-static void wait_blocked(long t, long nr) {
+/* The blocking calls the threads park in, by the number /proc/self/task/<tid>/syscall shows for each. */
+enum blocking_call { CALL_FUTEX, CALL_NANOSLEEP, CALL_READ };
+
+/* First field of /proc/self/task/<t>/syscall, or -1 (also while it reads "running"). */
+static long proc_syscall_nr(long t) {
   char path[64], buf[128];
   snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", t);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  if (strncmp(buf, "running", 7) == 0) return -1;
+  return strtol(buf, NULL, 10);
+}
+
+/* The number /proc shows for `call`. Natively that is this build's SYS_ number. Under qemu-user (the arm64 suite,
+ * scripts/test-arm64.sh) the file is the host kernel's, about the host thread that qemu runs the guest thread on:
+ * qemu makes each blocking call on the guest's behalf with the host's number. The two are told apart by reading
+ * the file for the calling thread itself, which shows the `read` in progress: this build's SYS_read natively,
+ * x86_64's read (0) under qemu-user on an x86_64 host, the only host the emulated suite runs on; any other
+ * numbering stops the client rather than wait for the wrong call. */
+static long proc_nr(enum blocking_call call) {
+  static const long native[3] = {SYS_futex, SYS_clock_nanosleep, SYS_read};
+  static const long x86_64_host[3] = {202, 230, 0}; /* arch/x86/entry/syscalls/syscall_64.tbl */
+  static long self_read = -2;
+  if (self_read == -2) self_read = proc_syscall_nr(tid());
+  if (self_read == SYS_read) return native[call];
+  if (self_read == 0) return x86_64_host[call];
+  fprintf(stderr, "unknown /proc syscall numbering: this thread's read shows as %ld\n", self_read);
+  exit(5);
+}
+
+/* Waits until thread `t` is blocked in `call` (first field of /proc/self/task/<t>/syscall). */
+static void wait_blocked(long t, enum blocking_call call) {
+  long nr = proc_nr(call);
   for (int i = 0; i < 10000; i++) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      ssize_t n = read(fd, buf, sizeof buf - 1);
-      close(fd);
-      if (n > 0) {
-        buf[n] = 0;
-        if (strtol(buf, NULL, 10) == nr && strncmp(buf, "running", 7) != 0) return;
-      }
-    }
+    if (proc_syscall_nr(t) == nr) return;
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
   }
@@ -139,7 +164,7 @@ static void *start_helper(void *arg) {
 
 static void start_helpers(void) {
   static const char *roles[3] = {"THREAD cond", "THREAD sleep", "THREAD pipe"};
-  static const long syscalls[3] = {SYS_futex, SYS_clock_nanosleep, SYS_read};
+  static const enum blocking_call calls[3] = {CALL_FUTEX, CALL_NANOSLEEP, CALL_READ};
   if (pipe(pipe_fds) != 0) exit(5);
   for (long i = 0; i < 3; i++) {
     pthread_t t;
@@ -150,7 +175,7 @@ static void start_helpers(void) {
       struct timespec ts = {0, 1000000};
       nanosleep(&ts, NULL);
     }
-    wait_blocked(helper_tids[i], syscalls[i]);
+    wait_blocked(helper_tids[i], calls[i]);
     say(roles[i], helper_tids[i]);
   }
 }
@@ -220,7 +245,7 @@ static long main_tid;
 NOINLINE void *worker_main(void *arg) {
   (void)arg;
   /* Crash only once main is blocked in pthread_join, so no thread moves between the debugger's stop and ours. */
-  wait_blocked(main_tid, SYS_futex);
+  wait_blocked(main_tid, CALL_FUTEX);
   worker_step();
   sink++;
   return NULL;
