@@ -147,9 +147,10 @@ pub(crate) fn page_size() -> usize {
 }
 
 /// Maps a stack of at least `size` bytes (rounded up to whole pages) with one inaccessible guard page below it, for
-/// an alternate signal stack or the crash stack; returns `(base, size)`: the lowest usable address and the usable
-/// length in bytes (the top is `base + size`). Anonymous and private; on Linux also `MAP_NORESERVE`, so untouched
-/// pages cost no memory. Never freed (a handler may run on it at any time).
+/// an alternate signal stack or the crash stack (at install, and on Linux at every thread start in the
+/// `pthread_create` wrapper); returns `(base, size)`: the lowest usable address and the usable length in bytes (the
+/// top is `base + size`; the mapping starts one [`page_size`] below `base`). Anonymous and private; on Linux also
+/// `MAP_NORESERVE` (untouched pages cost no memory) and `MAP_STACK`.
 ///
 /// # Errors
 /// [`InstallError::Os`] when `mmap` or `mprotect` fails, [`InstallError::InvalidConfig`] when the size overflows.
@@ -162,7 +163,7 @@ pub(crate) fn map_stack(size: usize) -> Result<(usize, usize), InstallError> {
         .filter(|s| s.checked_add(page).is_some())
         .ok_or(InstallError::InvalidConfig("stack size overflows"))?;
     #[cfg(target_os = "linux")]
-    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK;
     #[cfg(not(target_os = "linux"))]
     let flags = libc::MAP_PRIVATE | libc::MAP_ANON;
     let os_err = |what| InstallError::Os { what, errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0) };

@@ -147,29 +147,12 @@ fn record_own_bounds() -> bool {
     }
 }
 
-/// Maps `size` bytes (rounded up to pages) plus a guard page below; returns `(mapping, mapping_len, ss_sp)`.
+/// Maps an alternate stack of `size` bytes (rounded up to pages) with a guard page below, with the same
+/// [`crate::prealloc::map_stack`] install uses; returns `(mapping, mapping_len, ss_sp)`.
 fn map_alt_stack(size: usize) -> Option<(usize, usize, usize)> {
-    // SAFETY: sysconf has no preconditions.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok().filter(|p| *p > 0)?;
-    let usable = size.checked_next_multiple_of(page)?;
-    let len = usable.checked_add(page)?;
-    // SAFETY: anonymous private mapping with no address hint; the result is checked.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return None;
-    }
-    // SAFETY: the first page of our own fresh mapping becomes the guard page.
-    unsafe { libc::mprotect(p, page, libc::PROT_NONE) };
-    Some((p as usize, len, (p as usize).checked_add(page)?))
+    let (base, usable) = crate::prealloc::map_stack(size).ok()?;
+    let page = crate::prealloc::page_size();
+    Some((base.checked_sub(page)?, usable.checked_add(page)?, base))
 }
 
 /// On the new thread, before its start routine: alternate stack, bounds, exit destructor (see the module docs).

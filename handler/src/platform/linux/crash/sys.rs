@@ -165,12 +165,9 @@ pub fn thread_name(out: &mut [u8; 16]) {
 
 /// Sets `sig` to its default action and unblocks it for the calling thread.
 pub fn reset_to_default(sig: i32) {
-    // SAFETY: a zeroed sigaction with SIG_DFL is a valid argument; the sigset is initialised by sigemptyset.
+    crate::crash::actions::set_default(sig);
+    // SAFETY: the sigset is initialised by sigemptyset before use.
     unsafe {
-        let mut act: libc::sigaction = core::mem::zeroed();
-        act.sa_sigaction = libc::SIG_DFL;
-        libc::sigemptyset(&mut act.sa_mask);
-        libc::sigaction(sig, &act, core::ptr::null_mut());
         let mut set: libc::sigset_t = core::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, sig);
