@@ -179,9 +179,6 @@ mod tests {
     /// while no other block maps to its slot, and is read again once evicted.
     #[test]
     fn direct_mapped_cache_keeps_blocks_until_a_colliding_block_evicts_them() {
-        if !process_vm_readv_works() {
-            return; // qemu-user: the pipe reader has the same cache logic; covered there by the walk tests.
-        }
         // 16 pages, 4096-aligned, each word its own address-derived value.
         let mut mem = vec![0u64; 17 * BLOCK / 8];
         let start = (mem.as_ptr() as usize).next_multiple_of(BLOCK);
@@ -194,6 +191,10 @@ mod tests {
         let mut cache = vec![0u8; 4 * BLOCK];
         // SAFETY: getpid has no preconditions.
         let mut r = ProcessVmReader::new(unsafe { libc::getpid() }, &mut cache);
+        // Where `process_vm_readv` cannot read the own process (qemu-user), the pipe reader is cached the same way.
+        if !process_vm_readv_works() {
+            r = r.with_pipe(Some(pipe()));
+        }
         let read = |r: &mut ProcessVmReader<'_>, i: usize| {
             let mut b = [0u8; 8];
             assert!(r.read(base + 8 * i as u64, &mut b));
