@@ -16,72 +16,35 @@
 //!
 //! Crash-path code lives only in modules whose path contains `/crash/`, `/unwind/` or `/arch/`.
 
-// Pure decoding that runs after a fault (see `crash`).
-#[cfg_attr(
-    not(test),
-    deny(
-        clippy::indexing_slicing,
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::arithmetic_side_effects
-    )
-)]
-pub mod apple;
-// Runs after a fault (see `crash`).
-#[cfg_attr(
-    not(test),
-    deny(
-        clippy::indexing_slicing,
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::arithmetic_side_effects
-    )
-)]
-pub mod arch;
+/// Declares a module that runs after a fault, with the no-panic lints denied on it (tests excepted): no indexing,
+/// no `unwrap`/`expect`, no `panic!`, no unchecked arithmetic. The one place that lint set is written; every
+/// crash-path module is declared through it (here, and `crash` in `platform::linux` and `platform::darwin`).
+macro_rules! crash_path_mod {
+    ($vis:vis mod $name:ident;) => {
+        #[cfg_attr(
+            not(test),
+            deny(
+                clippy::indexing_slicing,
+                clippy::unwrap_used,
+                clippy::expect_used,
+                clippy::panic,
+                clippy::arithmetic_side_effects
+            )
+        )]
+        $vis mod $name;
+    };
+}
+
+crash_path_mod! { pub mod apple; }
+crash_path_mod! { pub mod arch; }
 pub mod config;
-// Runs after a fault: no indexing, unwrapping, panicking or unchecked arithmetic (tests excepted). The same lints
-// are on every crash-path module: here, and on `platform::linux::crash` and `platform::darwin::crash`.
-#[cfg_attr(
-    not(test),
-    deny(
-        clippy::indexing_slicing,
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::arithmetic_side_effects
-    )
-)]
-pub mod crash;
+crash_path_mod! { pub mod crash; }
 pub mod error;
 pub mod install;
-// Pure Mach-O parsing, also run after a fault (see `crash`).
-#[cfg_attr(
-    not(test),
-    deny(
-        clippy::indexing_slicing,
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::arithmetic_side_effects
-    )
-)]
-pub mod macho;
+crash_path_mod! { pub mod macho; }
 pub mod platform;
 mod prealloc;
-// Runs after a fault (see `crash`).
-#[cfg_attr(
-    not(test),
-    deny(
-        clippy::indexing_slicing,
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::arithmetic_side_effects
-    )
-)]
-pub mod unwind;
+crash_path_mod! { pub mod unwind; }
 pub mod user_values;
 
 pub use config::Config;

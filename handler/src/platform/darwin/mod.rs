@@ -52,18 +52,8 @@
 //! (`EXC_RESOURCE`, `EXC_GUARD`, `EXC_CRASH` after `abort()`) are not captured by the Mach path.
 #![allow(unsafe_code)]
 
-// Runs after a fault: the crash-path lints (see `crate::crash`).
-#[cfg_attr(
-    not(test),
-    deny(
-        clippy::indexing_slicing,
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::arithmetic_side_effects
-    )
-)]
-pub mod crash;
+// Runs after a fault: the crash-path lints.
+crash_path_mod! { pub mod crash; }
 pub(crate) mod ffi;
 pub mod images;
 

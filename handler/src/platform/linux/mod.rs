@@ -2,18 +2,8 @@
 //! path in [`crash`].
 #![allow(unsafe_code)]
 
-// Runs after a fault: the crash-path lints (see `crate::crash`).
-#[cfg_attr(
-    not(test),
-    deny(
-        clippy::indexing_slicing,
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::arithmetic_side_effects
-    )
-)]
-pub mod crash;
+// Runs after a fault: the crash-path lints.
+crash_path_mod! { pub mod crash; }
 pub mod images;
 pub mod threads;
 
