@@ -11,7 +11,7 @@
 //! ends (`_start`, `clone3`) rather than stopping at `main`; our report must end where gdb's ends.
 //!
 //! Linux only: natively through ptrace (gdb `run`s the client), or, for a client emulated by qemu-user, through
-//! qemu's gdb stub ([`Emulator`], [`StubProxy`]). gdb 13 with Python (`gdb-multiarch` for the emulated arm64
+//! qemu's gdb stub ([`Emulator`], `StubProxy`). gdb 13 with Python (`gdb-multiarch` for the emulated arm64
 //! clients) and qemu 7.2 are what it is written and checked against.
 
 use crate::Symbolizer;
@@ -289,7 +289,7 @@ pub struct GdbRun {
     pub log: String,
     /// Whether the client ran under an [`Emulator`].
     pub emulated: bool,
-    /// Under an emulator: how [`StubProxy`]'s release of the client went (`Ok` once the stub delivered the signal
+    /// Under an emulator: how `StubProxy`'s release of the client went (`Ok` once the stub delivered the signal
     /// and closed its connection); `None` natively.
     pub release: Option<Result<(), String>>,
 }
@@ -356,7 +356,7 @@ impl Emulator {
 
 /// Runs `argv` under `gdb` (see the module docs), with `dir` as scratch space for the driver and its output;
 /// waits at most `limit` (then kills gdb and the client, and panics). With an `emulator`, the client runs under it
-/// and gdb debugs it through the emulator's gdb stub (see [`StubProxy`]); the exit is then the emulator's own
+/// and gdb debugs it through the emulator's gdb stub (see `StubProxy`); the exit is then the emulator's own
 /// (qemu-user ends itself with the guest's fatal signal).
 ///
 /// # Panics
