@@ -116,14 +116,21 @@ struct CrashSample {
     thread_bytes: f64,
     image_bytes: f64,
     /// Ours only, ns each: fault to handler start (signal delivery), start to thread list read (enumerate), to
-    /// every thread stopped (stop), to every section written (walk + encode + write), to durable (commit).
+    /// every thread stopped (stop), to every section written (walk + encode + write), to durable (commit); then the
+    /// handling thread's CPU time during walk + encode + write (the rest of that phase is waiting).
     phases: Option<[f64; PHASES]>,
 }
 
 /// Phases of our capture, in order, as [`CrashSample::phases`] holds them.
-const PHASES: usize = 5;
-const PHASE_NAMES: [&str; PHASES] =
-    ["signal delivery", "enumerate", "stop", "walk + encode + write", "commit (fsync, rename, dir fsync)"];
+const PHASES: usize = 6;
+const PHASE_NAMES: [&str; PHASES] = [
+    "signal delivery",
+    "enumerate",
+    "stop",
+    "walk + encode + write",
+    "commit (fsync, rename, dir fsync)",
+    "walk + encode + write: CPU of the handling thread",
+];
 
 struct Peer {
     child: Child,
@@ -246,6 +253,8 @@ impl Ctx<'_> {
                 for (d, w) in p.iter_mut().zip(marks.windows(2)) {
                     *d = (w[1] - w[0]) as f64;
                 }
+                let (cpu0, cpu1) = (stamps[sys::slot::STOPPED_CPU], stamps[sys::slot::WRITTEN_CPU]);
+                p[PHASES - 1] = cpu1.saturating_sub(cpu0) as f64;
                 s.phases = Some(p);
             }
         }

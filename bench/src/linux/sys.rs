@@ -16,6 +16,14 @@ pub fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// CPU time of the calling thread (`CLOCK_THREAD_CPUTIME_ID`) in nanoseconds (async-signal-safe).
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out pointer; CLOCK_THREAD_CPUTIME_ID always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Slots of the shared timestamp page.
 pub mod slot {
     /// Written by the crashing child right before the faulting store.
@@ -30,6 +38,11 @@ pub mod slot {
     pub const STOPPED: usize = 4;
     /// Our hook at `CrashEvent::ReportWritten`: every section walked, encoded and written, before the commit.
     pub const WRITTEN: usize = 5;
+    /// The handling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`) at `CrashEvent::StopDone`.
+    pub const STOPPED_CPU: usize = 6;
+    /// The handling thread's CPU time at `CrashEvent::ReportWritten`: with [`STOPPED_CPU`], the CPU the walk,
+    /// encode and write took (the rest of that phase's wall time is waiting: preemption, I/O).
+    pub const WRITTEN_CPU: usize = 7;
 }
 
 /// Number of `u64` slots in the page.
