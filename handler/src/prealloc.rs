@@ -217,7 +217,7 @@ pub(crate) fn image_list(config: &crate::config::Config) -> Result<crate::crash:
 }
 
 /// The report writer's buffers: [`SCRATCH_BYTES`] + [`WRITE_BUF_BYTES`] bytes, `config.max_frames` frames and
-/// trust bytes, [`REPEATS`] repeat records.
+/// trust bytes, [`REPEATS`] repeat records, one [`crate::unwind::RuleCache`] (62 KiB).
 ///
 /// # Errors
 /// [`InstallError::OutOfMemory`].
@@ -229,5 +229,6 @@ pub(crate) fn writer_buffers(config: &crate::config::Config) -> Result<crate::cr
         frames: RawBuf::new(leak_slice(config.max_frames, 0u64)?),
         trust: RawBuf::new(leak_slice(config.max_frames, 0u8)?),
         repeats: RawBuf::new(leak_slice(REPEATS, crate::unwind::Repeat::default())?),
+        rules: RawBuf::new(leak_slice(1, crate::unwind::RuleCache::EMPTY)?),
     })
 }

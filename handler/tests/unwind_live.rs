@@ -13,7 +13,7 @@
 use handler::crash::images::{ImageEntry, ImageList};
 use handler::platform::linux::crash::{context, memory};
 use handler::platform::linux::images::snapshot;
-use handler::unwind::{trust, walk, Repeat, StopReason, WalkBuffers, WalkOptions};
+use handler::unwind::{trust, walk, Repeat, RuleCache, StopReason, WalkBuffers, WalkOptions};
 use std::hint::black_box;
 
 extern "C" {
@@ -75,7 +75,7 @@ fn capture_here() -> Walked {
         &list,
         &opts,
         None,
-        WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps },
+        WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps, rules: &mut Box::new(RuleCache::EMPTY) },
     );
     assert_eq!(o.repeats, 0, "no recursion here");
     if let Some((r, w)) = pipe {

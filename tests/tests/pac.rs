@@ -13,7 +13,7 @@ use handler::arch::{aarch64, RegisterValues};
 use handler::crash::images::{ImageEntry, ImageList};
 use handler::platform::linux::crash::memory;
 use handler::platform::linux::images::snapshot;
-use handler::unwind::{walk, MemoryReader, Repeat, WalkBuffers, WalkOptions};
+use handler::unwind::{walk, MemoryReader, Repeat, RuleCache, WalkBuffers, WalkOptions};
 use std::arch::asm;
 use std::hint::black_box;
 
@@ -104,7 +104,8 @@ fn innermost() -> Sample {
     let mut frames = [0u64; 8];
     let mut trust = [0u8; 8];
     let mut reps = [Repeat::default(); 2];
-    let bufs = WalkBuffers { frames: &mut frames, trust: &mut trust, repeats: &mut reps };
+    let mut rules = Box::new(RuleCache::EMPTY);
+    let bufs = WalkBuffers { frames: &mut frames, trust: &mut trust, repeats: &mut reps, rules: &mut rules };
     let o = walk(&regs, &mut reader, &images, &WalkOptions::host(), None, bufs);
     assert!(o.frames >= 3, "walk too short: {o:?}");
     Sample { raw: [rec0[1], rec1_ret], walked: [frames[1], frames[2]] }

@@ -25,7 +25,7 @@ use crate::crash::images::ImageList;
 use crate::crash::raw_buf::RawBuf;
 use crate::crash::threads::ThreadTable;
 use crate::crash::writer::{self, FdSink, ReportHead, ReportNames, WorkBuffers};
-use crate::unwind::{MemoryReader, Repeat, WalkOptions};
+use crate::unwind::{MemoryReader, Repeat, RuleCache, WalkOptions};
 use core::cell::UnsafeCell;
 use report_format::encode::{Exception, Message, Meta, Os, Process};
 
@@ -122,6 +122,8 @@ pub struct Buffers {
     pub trust: RawBuf<u8>,
     /// Repeat records of one thread.
     pub repeats: RawBuf<Repeat>,
+    /// The unwind-row cache (one entry).
+    pub rules: RawBuf<RuleCache>,
 }
 
 /// Everything both backends' crash paths share, allocated at install and never freed.
@@ -161,25 +163,18 @@ impl Core {
         unsafe { &mut *self.record.get() }
     }
 
-    /// The writer's buffers.
+    /// The writer's buffers (`None` only if install left the rule cache empty, which it never does).
     ///
     /// # Safety
     /// As [`Core::record`]: only the crash owner calls this, once per report.
     #[allow(clippy::mut_from_ref)]
-    unsafe fn work(&self) -> (&mut [u8], WorkBuffers<'_>) {
+    unsafe fn work(&self) -> Option<(&mut [u8], WorkBuffers<'_>)> {
         let b = &self.buffers;
-        // SAFETY: the caller is the owner; the five buffers are distinct allocations.
-        unsafe {
-            (
-                b.write_buf.get(),
-                WorkBuffers {
-                    scratch: b.scratch.get(),
-                    frames: b.frames.get(),
-                    trust: b.trust.get(),
-                    repeats: b.repeats.get(),
-                },
-            )
-        }
+        // SAFETY: the caller is the owner; the six buffers are distinct allocations.
+        let (write_buf, scratch, frames, trust, repeats, rules) = unsafe {
+            (b.write_buf.get(), b.scratch.get(), b.frames.get(), b.trust.get(), b.repeats.get(), b.rules.get())
+        };
+        Some((write_buf, WorkBuffers { scratch, frames, trust, repeats, rules: rules.first_mut()? }))
     }
 }
 
@@ -251,6 +246,8 @@ pub fn run<B: Backend>(core: &Core, backend: &mut B, rec: &mut CrashRecord) -> b
 /// `true` when committed. Removes a temporary file a previous attempt left. Signal-safe.
 pub fn write_full<B: Backend>(core: &Core, backend: &mut B, rec: &mut CrashRecord, note: &[u8]) -> bool {
     discard_temp(core, rec);
+    // SAFETY: the caller is the crash owner.
+    let Some((write_buf, mut bufs)) = (unsafe { core.work() }) else { return false };
     let facts = backend.facts();
     let id = report_id(&facts, rec.tid);
     let names = ReportNames::new(&id);
@@ -264,8 +261,6 @@ pub fn write_full<B: Backend>(core: &Core, backend: &mut B, rec: &mut CrashRecor
     let mut note_buf = [0u8; NOTE_BYTES];
     let note = join_notes(&mut note_buf, note, image_note);
     let h = head(&core.text, rec, id, &facts, note, msgs.get(..n_msgs).unwrap_or(&[]));
-    // SAFETY: the caller is the crash owner.
-    let (write_buf, mut bufs) = unsafe { core.work() };
     let sink = FdSink::new(fd, write_buf);
     // On an error the sink flushes what it has when dropped (intact sections still decode); `commit` keeps the
     // file only if its head sections (header, META, EXCEPTION) are durable.
@@ -281,14 +276,14 @@ pub fn write_full<B: Backend>(core: &Core, backend: &mut B, rec: &mut CrashRecor
 /// Signal-safe.
 pub fn write_minimal<B: Backend>(core: &Core, backend: &B, rec: &mut CrashRecord) -> bool {
     discard_temp(core, rec);
+    // SAFETY: the caller is the crash owner (the outer use of the buffers is abandoned).
+    let Some((write_buf, bufs)) = (unsafe { core.work() }) else { return false };
     let facts = backend.facts();
     let id = report_id(&facts, rec.tid);
     let names = ReportNames::new(&id);
     let Ok(fd) = writer::create_temp(core.dir_fd, &names) else { return false };
     rec.temp = Some(names);
     let h = head(&core.text, rec, id, &facts, NOTE_MINIMAL, &[]);
-    // SAFETY: the caller is the crash owner (the outer use of the buffers is abandoned).
-    let (write_buf, bufs) = unsafe { core.work() };
     let sink = FdSink::new(fd, write_buf);
     let images = backend.installed_images();
     if let Ok(mut s) = writer::write_minimal_report(sink, &h, rec.tid, &rec.regs, images, bufs.scratch) {

@@ -1,4 +1,5 @@
-//! Stack bounds of threads, recorded when each thread starts and read lock-free after a fault.
+//! Stack bounds of threads, recorded when each thread starts and read lock-free after a fault, and
+//! [`MappedStackReader`], which reads a stopped thread's stack inside those bounds with plain loads.
 //!
 //! Writers: the thread itself, at start (Linux: the `pthread_create` wrapper in `platform::linux::threads`; the
 //! installing thread at install) and at exit (its key destructor removes the entry). Reader: the crash path,
@@ -10,7 +11,10 @@
 //! so an entry removed and reused meanwhile is never returned with another thread's bounds. Crash-path code:
 //! no allocation, no lock, no panic.
 
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+#![allow(unsafe_code)]
+
+use crate::unwind::MemoryReader;
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// How many live threads the table holds. Threads beyond it have no recorded bounds ([`stack_bounds`] returns
 /// `None` for them and the walk falls back to its own limits). 4096 entries of 24 bytes: 96 KiB of `.bss`, touched
@@ -25,17 +29,33 @@ struct Entry {
     tid: AtomicU64,
     lo: AtomicU64,
     hi: AtomicU64,
+    mapped: AtomicBool,
 }
 
-static TABLE: [Entry; SLOTS] =
-    [const { Entry { tid: AtomicU64::new(0), lo: AtomicU64::new(0), hi: AtomicU64::new(0) } }; SLOTS];
+static TABLE: [Entry; SLOTS] = [const {
+    Entry { tid: AtomicU64::new(0), lo: AtomicU64::new(0), hi: AtomicU64::new(0), mapped: AtomicBool::new(false) }
+}; SLOTS];
+
+/// A thread's stack as recorded when it started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackBounds {
+    /// Lowest address of the stack (bytes; the guard page excluded).
+    pub lo: u64,
+    /// One past the highest address.
+    pub hi: u64,
+    /// The whole range is mapped for as long as the thread lives: a stack mapped whole when the thread was made
+    /// (glibc maps a `pthread_create` stack in one `mmap`), not a main-thread stack that grows on demand. Only
+    /// such a stack may be read with plain loads ([`MappedStackReader`]).
+    pub mapped: bool,
+}
 /// One past the highest entry ever claimed: readers scan only this far.
 static HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
 
-/// Records that thread `tid` runs on the stack `[lo, hi)` (bytes; `lo < hi`). Called by the thread itself (so
-/// two live entries never share a tid); an earlier entry of the same tid is replaced. Returns `false` when the
-/// table is full, `tid` is 0 or reserved, or `lo >= hi`. Lock-free; signal-safe.
-pub fn record(tid: u64, lo: u64, hi: u64) -> bool {
+/// Records that thread `tid` runs on the stack `[lo, hi)` (bytes; `lo < hi`), mapped whole for the thread's
+/// life when `mapped` (see [`StackBounds::mapped`]). Called by the thread itself (so two live entries never share
+/// a tid); an earlier entry of the same tid is replaced. Returns `false` when the table is full, `tid` is 0 or
+/// reserved, or `lo >= hi`. Lock-free; signal-safe.
+pub fn record(tid: u64, lo: u64, hi: u64, mapped: bool) -> bool {
     if tid == 0 || tid == CLAIMED || lo >= hi {
         return false;
     }
@@ -44,6 +64,7 @@ pub fn record(tid: u64, lo: u64, hi: u64) -> bool {
         if e.tid.compare_exchange(0, CLAIMED, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
             e.lo.store(lo, Ordering::Relaxed);
             e.hi.store(hi, Ordering::Relaxed);
+            e.mapped.store(mapped, Ordering::Relaxed);
             HIGH_WATER.fetch_max(i.saturating_add(1), Ordering::AcqRel);
             // Publishes lo/hi: a reader that sees `tid` with Acquire sees them.
             e.tid.store(tid, Ordering::Release);
@@ -66,13 +87,12 @@ pub fn remove(tid: u64) {
     }
 }
 
-/// The stack of thread `tid` as recorded when it started: `(lo, hi)`, the lowest address and one past the highest
-/// (bytes), the whole stack from `pthread_getattr_np`, guard page excluded. `None` when the thread was not
-/// recorded (started before install, made without the `pthread_create` wrapper, e.g. by glibc internals or
-/// `clone`, or the table was full).
+/// The stack of thread `tid` as recorded when it started (the whole stack from `pthread_getattr_np`, guard page
+/// excluded). `None` when the thread was not recorded (started before install, made without the `pthread_create`
+/// wrapper, e.g. by glibc internals or `clone`, or the table was full).
 ///
-/// Crash path: lock-free, no allocation, no panic; at most [`SLOTS`] entries scanned (3 loads each).
-pub fn stack_bounds(tid: u64) -> Option<(u64, u64)> {
+/// Crash path: lock-free, no allocation, no panic; at most [`SLOTS`] entries scanned (5 loads each).
+pub fn stack_bounds(tid: u64) -> Option<StackBounds> {
     if tid == 0 || tid == CLAIMED {
         return None;
     }
@@ -83,12 +103,56 @@ pub fn stack_bounds(tid: u64) -> Option<(u64, u64)> {
         }
         let lo = e.lo.load(Ordering::Acquire);
         let hi = e.hi.load(Ordering::Acquire);
+        let mapped = e.mapped.load(Ordering::Acquire);
         // Still the same thread's entry: not removed (and perhaps reused) while we read.
         if e.tid.load(Ordering::Acquire) == tid && lo < hi {
-            return Some((lo, hi));
+            return Some(StackBounds { lo, hi, mapped });
         }
     }
     None
+}
+
+/// A [`MemoryReader`] for walking one stopped thread's stack: reads inside the thread's recorded stack are plain
+/// loads when that stack is [`StackBounds::mapped`]; every other read goes to the fault-proof reader `inner`.
+///
+/// This is the one exception the crash-path rules allow (design.md §2): plain loads strictly inside a range proven
+/// mapped for as long as it is read. The thread is stopped (it answered the stop signal, or it is the thread that
+/// crashed and now runs the handler on its alternate stack), so it cannot exit and have its stack unmapped while
+/// the walk reads it. A stack overflow leaves the stack pointer below `lo`, in the guard page: those reads are
+/// outside the range and go to `inner`, which refuses them. Signal-safe; never faults.
+#[derive(Debug)]
+pub struct MappedStackReader<'a, M: MemoryReader + ?Sized> {
+    inner: &'a mut M,
+    lo: u64,
+    hi: u64,
+}
+
+impl<'a, M: MemoryReader + ?Sized> MappedStackReader<'a, M> {
+    /// Reads `bounds`' range directly when it is mapped whole, else everything through `inner`.
+    ///
+    /// # Safety
+    /// The thread whose stack `bounds` describes is stopped (or is the crashing thread running the handler on
+    /// another stack) for as long as the reader is used.
+    pub unsafe fn new(inner: &'a mut M, bounds: StackBounds) -> Self {
+        let (lo, hi) = if bounds.mapped { (bounds.lo, bounds.hi) } else { (0, 0) };
+        MappedStackReader { inner, lo, hi }
+    }
+}
+
+impl<M: MemoryReader + ?Sized> MemoryReader for MappedStackReader<'_, M> {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
+        let inside = addr >= self.lo && addr.checked_add(buf.len() as u64).is_some_and(|end| end <= self.hi);
+        if !inside || buf.is_empty() {
+            return self.inner.read(addr, buf);
+        }
+        // SAFETY: `[addr, addr + len)` lies inside `[lo, hi)`, a stack mapped whole for the life of its thread
+        // (`StackBounds::mapped`), and the thread is stopped while this reader exists (`new`'s contract): the
+        // memory is mapped and readable for the whole copy. `buf` is a distinct, writable buffer.
+        unsafe {
+            core::ptr::copy_nonoverlapping(addr as usize as *const u8, buf.as_mut_ptr(), buf.len());
+        }
+        true
+    }
 }
 
 #[cfg(test)]
@@ -102,22 +166,23 @@ mod tests {
     #[test]
     fn record_lookup_replace_remove() {
         assert_eq!(stack_bounds(BASE + 1), None);
-        assert!(record(BASE + 1, 0x1000, 0x9000));
-        assert!(record(BASE + 2, 0x20000, 0x40000));
-        assert_eq!(stack_bounds(BASE + 1), Some((0x1000, 0x9000)));
-        assert_eq!(stack_bounds(BASE + 2), Some((0x20000, 0x40000)));
+        let b = |lo, hi, mapped| Some(StackBounds { lo, hi, mapped });
+        assert!(record(BASE + 1, 0x1000, 0x9000, true));
+        assert!(record(BASE + 2, 0x20000, 0x40000, false));
+        assert_eq!(stack_bounds(BASE + 1), b(0x1000, 0x9000, true));
+        assert_eq!(stack_bounds(BASE + 2), b(0x20000, 0x40000, false));
         // A tid recorded again (reused by a new thread) has one entry, the new one.
-        assert!(record(BASE + 1, 0x5000, 0x6000));
-        assert_eq!(stack_bounds(BASE + 1), Some((0x5000, 0x6000)));
+        assert!(record(BASE + 1, 0x5000, 0x6000, false));
+        assert_eq!(stack_bounds(BASE + 1), b(0x5000, 0x6000, false));
         remove(BASE + 1);
         assert_eq!(stack_bounds(BASE + 1), None);
-        assert_eq!(stack_bounds(BASE + 2), Some((0x20000, 0x40000)));
+        assert_eq!(stack_bounds(BASE + 2), b(0x20000, 0x40000, false));
         remove(BASE + 2);
         assert_eq!(stack_bounds(BASE + 2), None);
         // Nonsense is refused.
-        assert!(!record(0, 1, 2));
-        assert!(!record(CLAIMED, 1, 2));
-        assert!(!record(BASE + 3, 5, 5));
+        assert!(!record(0, 1, 2, true));
+        assert!(!record(CLAIMED, 1, 2, true));
+        assert!(!record(BASE + 3, 5, 5, true));
         assert_eq!(stack_bounds(0), None);
     }
 
@@ -129,8 +194,9 @@ mod tests {
                     let tid = BASE + 100 + k;
                     for round in 0..2000u64 {
                         let lo = (k << 32) + round * 0x1000;
-                        assert!(record(tid, lo, lo + 0x800));
-                        assert_eq!(stack_bounds(tid), Some((lo, lo + 0x800)));
+                        let mapped = round % 2 == 0;
+                        assert!(record(tid, lo, lo + 0x800, mapped));
+                        assert_eq!(stack_bounds(tid), Some(StackBounds { lo, hi: lo + 0x800, mapped }));
                         if round % 3 == 0 {
                             remove(tid);
                             assert_eq!(stack_bounds(tid), None);
@@ -143,5 +209,36 @@ mod tests {
         for h in hs {
             h.join().unwrap();
         }
+    }
+
+    /// Reads inside a mapped stack are plain loads (they see the memory as it is, with no system call); reads
+    /// outside it, or anywhere when the stack is not mapped whole, go to the fault-proof reader.
+    #[test]
+    fn mapped_stack_reads_inside_directly_and_delegates_the_rest() {
+        struct Counting(usize);
+        impl MemoryReader for Counting {
+            fn read(&mut self, _addr: u64, buf: &mut [u8]) -> bool {
+                self.0 += 1;
+                buf.fill(0xee);
+                true
+            }
+        }
+        let stack: Vec<u64> = (0..512u64).map(|i| i * 7).collect();
+        let lo = stack.as_ptr() as u64;
+        let hi = lo + 8 * 512;
+        let mut inner = Counting(0);
+        // SAFETY: the "stack" is our own live vector, mapped for the whole test.
+        let mut r = unsafe { MappedStackReader::new(&mut inner, StackBounds { lo, hi, mapped: true }) };
+        assert_eq!(r.read_u64(lo + 8 * 3), Some(21));
+        assert_eq!(r.read_u64(hi - 8), Some(511 * 7));
+        assert_eq!(r.read_u64(hi - 4), Some(u64::from_ne_bytes([0xee; 8])), "straddles the top: delegated");
+        assert_eq!(r.read_u64(lo - 8), Some(u64::from_ne_bytes([0xee; 8])), "below the stack: delegated");
+        assert_eq!(r.read_u64(u64::MAX - 3), Some(u64::from_ne_bytes([0xee; 8])), "wrapping range: delegated");
+        assert_eq!(inner.0, 3);
+        let mut inner = Counting(0);
+        // SAFETY: as above.
+        let mut r = unsafe { MappedStackReader::new(&mut inner, StackBounds { lo, hi, mapped: false }) };
+        assert_eq!(r.read_u64(lo), Some(u64::from_ne_bytes([0xee; 8])), "not mapped whole: never a plain load");
+        assert_eq!(inner.0, 1);
     }
 }

@@ -8,9 +8,10 @@
 
 use crate::arch::MAX_REGS;
 use crate::crash::images::ImageList;
+use crate::crash::stack_bounds::{self, MappedStackReader};
 use crate::crash::threads::{ThreadTable, CAPTURED};
 use crate::crash::user_table::{self, Snapshot};
-use crate::unwind::{self, MemoryReader, Repeat, WalkOptions};
+use crate::unwind::{self, MemoryReader, Repeat, RuleCache, WalkOptions};
 use core::sync::atomic::{AtomicI32, Ordering};
 use report_format::encode::{EncodeError, Encoder, Exception, Image, KeyValue, Message, Meta, Sink, SinkError, Thread};
 
@@ -356,6 +357,8 @@ pub struct WorkBuffers<'a> {
     pub trust: &'a mut [u8],
     /// Repeat records for the current thread.
     pub repeats: &'a mut [Repeat],
+    /// Unwind rows shared by every walk of the report (cleared when the report starts).
+    pub rules: &'a mut RuleCache,
 }
 
 /// What goes into a full report besides the threads and images.
@@ -394,6 +397,7 @@ pub fn write_report<S: Sink, M: MemoryReader>(
     let mut exc = head.exception;
     exc.crashed_thread = crashed.map(|i| i as u32);
 
+    bufs.rules.clear();
     let mut enc = Encoder::begin(sink, bufs.scratch)?;
     enc.meta(&meta)?;
     enc.exception(&exc)?;
@@ -420,11 +424,23 @@ pub fn write_report<S: Sink, M: MemoryReader>(
                 t.captured = true;
                 t.register_set = d.regs.set;
                 t.registers = d.regs.to_options(&mut regs_buf);
-                let out = unwind::WalkBuffers { frames: bufs.frames, trust: bufs.trust, repeats: bufs.repeats };
+                let out = unwind::WalkBuffers {
+                    frames: bufs.frames,
+                    trust: bufs.trust,
+                    repeats: bufs.repeats,
+                    rules: bufs.rules,
+                };
                 // The stack bounds recorded when the thread started (threads made through the pthread_create
                 // wrapper), else the walker probes where the stack ends.
-                let known = crate::crash::stack_bounds::stack_bounds(slot.tid());
-                let o = unwind::walk(&d.regs, mem, images, opts, known, out);
+                let o = match stack_bounds::stack_bounds(slot.tid()) {
+                    Some(b) => {
+                        // SAFETY: the thread is captured: stopped in its stop handler, or the crashed thread,
+                        // which runs this handler on another stack; it stays so until the report is written.
+                        let mut stack = unsafe { MappedStackReader::new(mem, b) };
+                        unwind::walk(&d.regs, &mut stack, images, opts, Some((b.lo, b.hi)), out)
+                    }
+                    None => unwind::walk(&d.regs, mem, images, opts, None, out),
+                };
                 n_frames = o.frames;
                 n_reps = o.repeats;
                 t.frames_truncated = o.truncated;
@@ -603,8 +619,14 @@ mod tests {
         let mut frames = vec![0u64; 512];
         let mut trust = vec![0u8; 512];
         let mut reps = [Repeat::default(); 8];
-        let mut bufs =
-            WorkBuffers { scratch: &mut scratch, frames: &mut frames, trust: &mut trust, repeats: &mut reps };
+        let mut rules = Box::new(RuleCache::EMPTY);
+        let mut bufs = WorkBuffers {
+            scratch: &mut scratch,
+            frames: &mut frames,
+            trust: &mut trust,
+            repeats: &mut reps,
+            rules: &mut rules,
+        };
         let head = ReportHead {
             meta: Meta { arch: b"x86_64", ..Meta::default() },
             exception: Exception { signal: Some(11), si_code: Some(1), fault_address: Some(0), ..Exception::default() },

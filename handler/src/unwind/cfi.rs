@@ -8,9 +8,14 @@
 //! evaluated by gimli from there, with base addresses that make the FDE's pc-relative fields decode to their real
 //! runtime values. Nothing is read from the image by a plain load: an image unloaded meanwhile is just unreadable.
 //! gimli's row storage is a fixed-size [`StoreOnStack`]; nothing here allocates, locks or panics.
+//!
+//! A row is a pure function of the code at a pc, the same for every thread: rows made only of register-and-offset
+//! rules (nearly all of them) are kept, reduced to a [`Row`], in a crash-wide [`RuleCache`], so the threads of a
+//! pool parked in the same code cost one table search and one gimli evaluation per distinct pc, then two or three
+//! stack reads per frame (what framehop's rule cache does for profilers).
 
 use super::expr;
-use super::regs::{ArchSpec, UnwindRegs};
+use super::regs::{ArchSpec, UnwindRegs, NREGS};
 use super::MemoryReader;
 use gimli::{
     BaseAddresses, CfaRule, EhFrame, EhFrameOffset, NativeEndian, Register, RegisterRule, UnwindContext,
@@ -175,35 +180,98 @@ fn marks_ra_undefined<R: gimli::Reader<Offset = usize>>(
     false
 }
 
-/// Remembers which FDE the binary search found for recent lookup addresses (direct-mapped, [`FdeCache::SLOTS`]
-/// entries), so a deep recursion or many threads parked in the same code cost one search per distinct pc.
+/// Most register rules a kept [`Row`] holds (x86-64 rows name at most 8 registers, arm64 rows x19..x30: 12). Rows
+/// with more are evaluated from the tables every time.
+pub const MAX_RULES: usize = 16;
+
+/// How a [`Row`] recovers one register of the caller (the DWARF rules without expressions, DWARF 5 §6.4.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// `undefined`: unknown in the caller (for the return-address column: the outermost frame).
+    Undefined,
+    /// `same value`: unchanged.
+    Same,
+    /// `offset(N)`: saved at CFA + N.
+    Offset,
+    /// `val_offset(N)`: the value is CFA + N.
+    ValOffset,
+    /// `register(R)`: in register R.
+    Register,
+    /// `architectural` and any rule this reader does not evaluate: unknown.
+    Unknown,
+}
+
+/// One CFI row reduced to what [`step`] evaluates: CFA = register + offset, and up to [`MAX_RULES`] register rules
+/// without expressions. Registers beyond [`super::regs::NREGS`] are left out (the walker keeps none of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Row {
+    cfa_reg: u8,
+    cfa_off: i32,
+    n: u8,
+    reg: [u8; MAX_RULES],
+    kind: [Kind; MAX_RULES],
+    /// The offset (`Offset`, `ValOffset`) or the source register (`Register`).
+    arg: [i32; MAX_RULES],
+    /// The row names a rule for the return-address column.
+    ra_rule: bool,
+    /// No rule for the return-address column and the CIE or FDE program marks it `DW_CFA_undefined`.
+    ra_undefined: bool,
+    /// The row names a rule for the stack pointer.
+    sp_rule: bool,
+    /// The FDE's CIE has augmentation `S` (a signal trampoline).
+    signal_frame: bool,
+}
+
+/// Rows already evaluated, by lookup pc (direct-mapped, [`RuleCache::SLOTS`] entries), for one crash: every walk
+/// of the crash shares it. Preallocated at install; [`RuleCache::clear`] at each crash.
 #[derive(Clone, Copy, Debug)]
-pub struct FdeCache {
-    slots: [(u64, u64, u64); FdeCache::SLOTS],
+pub struct RuleCache {
+    keys: [(u64, u64); RuleCache::SLOTS],
+    rows: [Row; RuleCache::SLOTS],
 }
 
-impl Default for FdeCache {
-    fn default() -> Self {
-        FdeCache { slots: [(0, 0, 0); FdeCache::SLOTS] }
+impl RuleCache {
+    /// Rows kept (32 distinct return addresses in each of 16 code paths).
+    pub const SLOTS: usize = 512;
+
+    /// An empty cache (62 KiB).
+    pub const EMPTY: RuleCache = RuleCache {
+        keys: [(0, 0); RuleCache::SLOTS],
+        rows: [Row {
+            cfa_reg: 0,
+            cfa_off: 0,
+            n: 0,
+            reg: [0; MAX_RULES],
+            kind: [Kind::Unknown; MAX_RULES],
+            arg: [0; MAX_RULES],
+            ra_rule: false,
+            ra_undefined: false,
+            sp_rule: false,
+            signal_frame: false,
+        }; RuleCache::SLOTS],
+    };
+
+    /// Forgets every row (a new crash: images may have moved since the last one). Signal-safe.
+    pub fn clear(&mut self) {
+        for k in &mut self.keys {
+            *k = (0, 0);
+        }
     }
-}
-
-impl FdeCache {
-    /// Entries kept.
-    pub const SLOTS: usize = 64;
 
     fn slot(pc: u64) -> usize {
-        (pc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % Self::SLOTS
+        (pc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 55) as usize % Self::SLOTS
     }
 
-    fn get(&self, hdr: u64, pc: u64) -> Option<u64> {
-        let (h, p, f) = *self.slots.get(Self::slot(pc))?;
-        (h == hdr && p == pc && f != 0).then_some(f)
+    fn get(&self, hdr: u64, pc: u64) -> Option<&Row> {
+        let i = Self::slot(pc);
+        (self.keys.get(i) == Some(&(hdr, pc)) && hdr != 0).then(|| self.rows.get(i)).flatten()
     }
 
-    fn put(&mut self, hdr: u64, pc: u64, fde: u64) {
-        if let Some(s) = self.slots.get_mut(Self::slot(pc)) {
-            *s = (hdr, pc, fde);
+    fn put(&mut self, hdr: u64, pc: u64, row: Row) {
+        let i = Self::slot(pc);
+        if let (Some(k), Some(r)) = (self.keys.get_mut(i), self.rows.get_mut(i)) {
+            *k = (hdr, pc);
+            *r = row;
         }
     }
 }
@@ -226,13 +294,84 @@ fn entry_len<M: MemoryReader + ?Sized>(mem: &mut M, addr: u64, max: usize) -> Re
     Ok(total)
 }
 
+/// A caller register's value as a row's rule gives it: a value, unknown, or (for the return-address column only)
+/// "undefined", which ends the stack.
+enum Recovered {
+    Value(u64),
+    Unknown,
+    Undefined,
+}
+
+impl Row {
+    /// The row gimli evaluated, reduced, or `None` when it has an expression, more than [`MAX_RULES`] rules
+    /// about registers the walker keeps, or an offset beyond 32 bits.
+    fn reduce(
+        arch: &ArchSpec,
+        row: &UnwindTableRow<usize, StoreOnStack>,
+        ra_undefined: impl FnOnce() -> bool,
+        signal_frame: bool,
+    ) -> Option<Row> {
+        let CfaRule::RegisterAndOffset { register, offset } = row.cfa() else { return None };
+        let mut out = RuleCache::EMPTY.rows[0];
+        out.cfa_reg = u8::try_from(register.0).ok().filter(|r| usize::from(*r) < NREGS)?;
+        out.cfa_off = i32::try_from(*offset).ok()?;
+        out.signal_frame = signal_frame;
+        let mut n = 0usize;
+        for (reg, rule) in row.registers() {
+            let r = reg.0;
+            if r == arch.ra {
+                out.ra_rule = true;
+            }
+            if r == arch.sp {
+                out.sp_rule = true;
+            }
+            if usize::from(r) >= NREGS {
+                continue; // set and clear ignore it (UnwindRegs keeps 0..NREGS)
+            }
+            let (kind, arg) = match rule {
+                RegisterRule::Undefined => (Kind::Undefined, 0),
+                RegisterRule::SameValue => (Kind::Same, 0),
+                RegisterRule::Offset(o) => (Kind::Offset, i32::try_from(*o).ok()?),
+                RegisterRule::ValOffset(o) => (Kind::ValOffset, i32::try_from(*o).ok()?),
+                RegisterRule::Register(from) => (Kind::Register, i32::from(from.0)),
+                RegisterRule::Expression(_) | RegisterRule::ValExpression(_) | RegisterRule::Constant(_) => {
+                    return None
+                }
+                _ => (Kind::Unknown, 0),
+            };
+            *out.reg.get_mut(n)? = u8::try_from(r).ok()?;
+            *out.kind.get_mut(n)? = kind;
+            *out.arg.get_mut(n)? = arg;
+            n = n.checked_add(1)?;
+        }
+        out.n = u8::try_from(n).ok()?;
+        out.ra_undefined = !out.ra_rule && ra_undefined();
+        Some(out)
+    }
+
+    /// The CFA for `regs`.
+    fn cfa(&self, regs: &UnwindRegs) -> Result<u64, Miss> {
+        regs.get(u16::from(self.cfa_reg))
+            .ok_or(Miss::Unusable)?
+            .checked_add_signed(i64::from(self.cfa_off))
+            .ok_or(Miss::Unusable)
+    }
+
+    /// The rules as (DWARF register, how its caller value is found).
+    fn rules(&self) -> impl Iterator<Item = (u16, Kind, i32)> + '_ {
+        let n = usize::from(self.n);
+        self.reg.iter().zip(&self.kind).zip(&self.arg).take(n).map(|((r, k), a)| (u16::from(*r), *k, *a))
+    }
+}
+
 /// One CFI step for the frame whose registers are `regs`, looking up `lookup_pc` (the pc itself for an exact pc,
 /// the return address minus one for a caller, so a call at a function's very end still finds its own FDE).
+/// Rows already in `cache` skip the table search and gimli; new rows without expressions go into it.
 pub fn step<M: MemoryReader + ?Sized>(
     arch: &ArchSpec,
     mem: &mut M,
     ctx: &mut Context,
-    cache: &mut FdeCache,
+    cache: &mut RuleCache,
     hdr: u64,
     regs: &UnwindRegs,
     lookup_pc: u64,
@@ -240,14 +379,11 @@ pub fn step<M: MemoryReader + ?Sized>(
     if hdr == 0 {
         return Err(Miss::NoTable);
     }
-    let fde_addr = match cache.get(hdr, lookup_pc) {
-        Some(f) => f,
-        None => {
-            let f = find_fde(mem, hdr, lookup_pc)?;
-            cache.put(hdr, lookup_pc, f);
-            f
-        }
-    };
+    if let Some(row) = cache.get(hdr, lookup_pc) {
+        let row = *row;
+        return apply(arch, mem, &row, regs);
+    }
+    let fde_addr = find_fde(mem, hdr, lookup_pc)?;
     // Copy CIE then FDE into one buffer.
     let fde_len = entry_len(mem, fde_addr, MAX_FDE)?;
     let mut ptr = [0u8; 4];
@@ -288,7 +424,17 @@ pub fn step<M: MemoryReader + ?Sized>(
         return Err(Miss::NoEntry);
     }
     let row = fde.unwind_info_for_address(&eh, &bases, ctx, lookup_pc).map_err(|_| Miss::Unusable)?;
+    let signal_frame = fde.is_signal_trampoline();
+    // No rule for the return-address column: either the CFI made it undefined (gimli drops undefined rules from
+    // the row, so look for `DW_CFA_undefined` in the CIE's and FDE's programs: the outermost frame), or, on arm64,
+    // the return address is still in the link register (a leaf, or a prologue before `x30` is stored).
+    let ra_undefined = || marks_ra_undefined(arch, &eh, &bases, &fde);
+    if let Some(reduced) = Row::reduce(arch, row, ra_undefined, signal_frame) {
+        cache.put(hdr, lookup_pc, reduced);
+        return apply(arch, mem, &reduced, regs);
+    }
 
+    // A row with expressions: evaluated here, every time.
     let cfa = match row.cfa() {
         CfaRule::RegisterAndOffset { register, offset } => {
             regs.get(register.0).ok_or(Miss::Unusable)?.checked_add_signed(*offset).ok_or(Miss::Unusable)?
@@ -298,20 +444,14 @@ pub fn step<M: MemoryReader + ?Sized>(
             expr::evaluate(ops.0.slice(), regs, mem, None).ok_or(Miss::Unusable)?
         }
     };
-
-    // The caller's registers: callee-saved ones carry over unless a rule says otherwise; the rest are unknown.
-    let mut next = *regs;
-    let mut keep = arch.callee_saved;
     let mut ra_rule = false;
-    for (reg, rule) in row.registers() {
+    let mut sp_rule = false;
+    let rules = row.registers().map(|(reg, rule)| {
         let r = reg.0;
+        ra_rule |= r == arch.ra;
+        sp_rule |= r == arch.sp;
         let value = match rule {
-            RegisterRule::Undefined => {
-                if r == arch.ra {
-                    return Ok(Step::End);
-                }
-                None
-            }
+            RegisterRule::Undefined => return (r, Recovered::Undefined),
             RegisterRule::SameValue => regs.get(r),
             RegisterRule::Offset(off) => cfa.checked_add_signed(*off).and_then(|a| mem.read_u64(a)),
             RegisterRule::ValOffset(off) => cfa.checked_add_signed(*off),
@@ -325,20 +465,62 @@ pub fn step<M: MemoryReader + ?Sized>(
                 e.get(&eh).ok().and_then(|ops| expr::evaluate(ops.0.slice(), regs, mem, Some(cfa)))
             }
             RegisterRule::Constant(v) => Some(*v),
-            RegisterRule::Architectural => None,
             _ => None,
         };
-        if r == arch.ra {
-            ra_rule = true;
-        }
+        (r, value.map_or(Recovered::Unknown, Recovered::Value))
+    });
+    let caller = caller_regs(arch, regs, rules)?;
+    let Some(mut next) = caller else { return Ok(Step::End) };
+    if !ra_rule && marks_ra_undefined(arch, &eh, &bases, &fde) {
+        return Ok(Step::End);
+    }
+    finish(arch, &mut next, ra_rule, sp_rule, cfa)?;
+    Ok(Step::Caller { regs: next, cfa, signal_frame })
+}
+
+/// The step for a kept row: the same rules as the general path in [`step`], evaluated from the [`Row`].
+fn apply<M: MemoryReader + ?Sized>(arch: &ArchSpec, mem: &mut M, row: &Row, regs: &UnwindRegs) -> Result<Step, Miss> {
+    let cfa = row.cfa(regs)?;
+    let rules = row.rules().map(|(r, kind, arg)| {
+        let value = match kind {
+            Kind::Undefined => return (r, Recovered::Undefined),
+            Kind::Same => regs.get(r),
+            Kind::Offset => cfa.checked_add_signed(i64::from(arg)).and_then(|a| mem.read_u64(a)),
+            Kind::ValOffset => cfa.checked_add_signed(i64::from(arg)),
+            Kind::Register => u16::try_from(arg).ok().and_then(|from| regs.get(from)),
+            Kind::Unknown => None,
+        };
+        (r, value.map_or(Recovered::Unknown, Recovered::Value))
+    });
+    let Some(mut next) = caller_regs(arch, regs, rules)? else { return Ok(Step::End) };
+    if row.ra_undefined {
+        return Ok(Step::End);
+    }
+    finish(arch, &mut next, row.ra_rule, row.sp_rule, cfa)?;
+    Ok(Step::Caller { regs: next, cfa, signal_frame: row.signal_frame })
+}
+
+/// The caller's registers from the row's rules, before the return-address and stack-pointer fix-ups of
+/// [`finish`]: callee-saved registers carry over unless a rule says otherwise; the rest are unknown. `Ok(None)`
+/// when the return-address column is undefined (the outermost frame); `Unusable` when its rule gives no value.
+/// The returned registers' validity mask already holds the callee-saved and recovered registers.
+fn caller_regs(
+    arch: &ArchSpec,
+    regs: &UnwindRegs,
+    rules: impl Iterator<Item = (u16, Recovered)>,
+) -> Result<Option<UnwindRegs>, Miss> {
+    let mut next = *regs;
+    let mut keep = arch.callee_saved;
+    for (r, value) in rules {
         match value {
-            Some(v) => {
+            Recovered::Value(v) => {
                 next.set(r, v);
                 if usize::from(r) < 64 {
                     keep |= 1u64 << r;
                 }
             }
-            None => {
+            Recovered::Undefined if r == arch.ra => return Ok(None),
+            Recovered::Undefined | Recovered::Unknown => {
                 if r == arch.ra {
                     return Err(Miss::Unusable);
                 }
@@ -349,21 +531,19 @@ pub fn step<M: MemoryReader + ?Sized>(
             }
         }
     }
-    // No rule for the return-address column: either the CFI made it undefined (gimli drops undefined rules from
-    // the row, so look for `DW_CFA_undefined` in the CIE's and FDE's programs: the outermost frame), or, on arm64,
-    // the return address is still in the link register (a leaf, or a prologue before `x30` is stored).
-    if !ra_rule && marks_ra_undefined(arch, &eh, &bases, &fde) {
-        return Ok(Step::End);
-    }
+    next.keep_only(keep | (1u64 << arch.ra));
+    Ok(Some(next))
+}
+
+/// The return address becomes the caller's pc (from its rule, or on arm64 the link register); the caller's stack
+/// pointer is the CFA unless a rule restored it (signal frames restore it from the context).
+fn finish(arch: &ArchSpec, next: &mut UnwindRegs, ra_rule: bool, sp_rule: bool, cfa: u64) -> Result<(), Miss> {
     let ra = if ra_rule || arch.link_register { next.get(arch.ra) } else { None };
     let Some(ra) = ra else { return Err(Miss::Unusable) };
-    keep |= 1u64 << arch.ra;
-    next.keep_only(keep);
     next.set(arch.ra, ra);
     next.set(arch.pc, ra);
-    // The caller's stack pointer is the CFA unless a rule restored it (signal frames restore it from the context).
-    if !row.registers().any(|(reg, _)| reg.0 == arch.sp) || next.get(arch.sp).is_none() {
+    if !sp_rule || next.get(arch.sp).is_none() {
         next.set(arch.sp, cfa);
     }
-    Ok(Step::Caller { regs: next, cfa, signal_frame: fde.is_signal_trampoline() })
+    Ok(())
 }

@@ -40,6 +40,7 @@ pub mod x86_64;
 use crate::arch::pac::PacStrip;
 use crate::arch::RegisterValues;
 pub use crate::arch::WalkRegs;
+pub use cfi::RuleCache;
 use regs::{ArchSpec, UnwindRegs};
 
 /// A fault-proof reader of the crashed process's memory.
@@ -234,6 +235,8 @@ pub struct WalkBuffers<'a> {
     pub trust: &'a mut [u8],
     /// Repeat records.
     pub repeats: &'a mut [Repeat],
+    /// Unwind rows already evaluated, shared by every walk of one crash (cleared by the caller at crash start).
+    pub rules: &'a mut cfi::RuleCache,
 }
 
 /// Output under construction: frames plus online repeat detection.
@@ -353,9 +356,9 @@ pub fn walk<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
     known_stack: Option<(u64, u64)>,
     bufs: WalkBuffers<'_>,
 ) -> WalkOutcome {
-    let WalkBuffers { frames, trust, repeats } = bufs;
+    let WalkBuffers { frames, trust, repeats, rules } = bufs;
     let mut out = Out { frames, trust, n: 0, repeats, nrep: 0, active: None, floor: 0, lost: false };
-    let stop = walk_into(start, mem, code, opts, known_stack, &mut out);
+    let stop = walk_into(start, mem, code, opts, known_stack, rules, &mut out);
     let (n, nrep, lost) = out.finish();
     let truncated = lost || matches!(stop, StopReason::FrameCap | StopReason::StepCap);
     let stop =
@@ -462,6 +465,7 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
     code: &C,
     opts: &WalkOptions,
     known_stack: Option<(u64, u64)>,
+    rules: &mut cfi::RuleCache,
     out: &mut Out<'_>,
 ) -> StopReason {
     let Some(arch) = arch_of(start) else {
@@ -485,7 +489,6 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
     }
     let mut stack = Stack::starting_at(sp0, opts.max_stack_span, known_stack);
     let mut ctx = cfi::Context::new_in();
-    let mut cache = cfi::FdeCache::default();
     let mut exact = true;
     let mut first = true;
     let mut scans = 0usize;
@@ -500,7 +503,7 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
 
         // 1. Unwind tables.
         if let Some(m) = module {
-            match cfi::step(arch, mem, &mut ctx, &mut cache, m.unwind.eh_frame_hdr.0, &regs, lookup) {
+            match cfi::step(arch, mem, &mut ctx, rules, m.unwind.eh_frame_hdr.0, &regs, lookup) {
                 Ok(cfi::Step::End) => return StopReason::End,
                 Ok(cfi::Step::Caller { regs: mut next, signal_frame, .. }) => {
                     let ra = next.get(arch.pc).map(|v| opts.strip_value(v)).unwrap_or(0);

@@ -173,13 +173,24 @@ fn run_known(
     cap: usize,
     known: Option<(u64, u64)>,
 ) -> (Vec<u64>, Vec<u8>, Vec<Repeat>, WalkOutcome) {
-    let mut frames = vec![0u64; cap];
-    let mut tr = vec![0u8; cap];
-    let mut reps = vec![Repeat::default(); 8];
     let opts = WalkOptions { strip: None, ..WalkOptions::host() };
     let code = Proc { regions: BTreeMap::new(), images: p.images.clone(), reads: 0 };
-    let o = walk(regs, p, &code, &opts, known, WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps });
-    (frames[..o.frames].to_vec(), tr[..o.frames].to_vec(), reps[..o.repeats].to_vec(), o)
+    let mut rules = Box::new(RuleCache::EMPTY);
+    // Every walk twice: with an empty rule cache, then with the rows the first walk kept (as the second thread of
+    // a crash parked in the same code): the same frames, found the same way, with no more memory reads.
+    let once = |p: &mut Proc, rules: &mut RuleCache| {
+        let mut frames = vec![0u64; cap];
+        let mut tr = vec![0u8; cap];
+        let mut reps = vec![Repeat::default(); 8];
+        let before = p.reads;
+        let o = walk(regs, p, &code, &opts, known, WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps, rules });
+        (frames[..o.frames].to_vec(), tr[..o.frames].to_vec(), reps[..o.repeats].to_vec(), o, p.reads - before)
+    };
+    let (f, t, r, o, cold_reads) = once(p, &mut rules);
+    let (f2, t2, r2, o2, warm_reads) = once(p, &mut rules);
+    assert_eq!((&f, &t, &r, &o), (&f2, &t2, &r2, &o2), "a walk from cached rows differs from the first walk");
+    assert!(warm_reads <= cold_reads, "cached rows read more memory ({warm_reads} > {cold_reads})");
+    (f, t, r, o)
 }
 
 const STACK: u64 = 0x7000_0000;
@@ -421,7 +432,7 @@ fn arm64_leaf_through_lr_then_cfi_with_signed_return_addresses() {
         &code,
         &opts,
         None,
-        WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps },
+        WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps, rules: &mut Box::new(RuleCache::EMPTY) },
     );
     assert_eq!(&frames[..o.frames], &[0x40_1010, 0x40_2058, 0x40_4058], "{o:?}");
     assert_eq!(&tr[..o.frames], &[trust::CONTEXT, trust::LINK_REGISTER, trust::CFI]);

@@ -129,9 +129,11 @@ pub fn disable() {
 }
 
 /// Records the calling thread's stack `[lo, hi)` from `pthread_getattr_np` (for the main thread glibc derives it
-/// from `/proc/self/maps` and `RLIMIT_STACK`: the most the stack may grow to). Returns whether it was recorded.
+/// from `/proc/self/maps` and `RLIMIT_STACK`: the most the stack may grow to, so only other threads' stacks,
+/// mapped whole by `pthread_create`, are recorded as mapped). Returns whether it was recorded.
 fn record_own_bounds() -> bool {
     let tid = crate::platform::linux::crash::sys::gettid();
+    let mapped = u64::try_from(crate::platform::linux::crash::sys::getpid()).is_ok_and(|pid| pid != tid);
     // SAFETY: the attribute object is filled by pthread_getattr_np and destroyed after use; valid out-pointers.
     unsafe {
         let mut attr: libc::pthread_attr_t = core::mem::zeroed();
@@ -143,7 +145,7 @@ fn record_own_bounds() -> bool {
         let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
         libc::pthread_attr_destroy(&mut attr);
         let lo = addr as u64;
-        ok && lo.checked_add(size as u64).is_some_and(|hi| stack_bounds::record(tid, lo, hi))
+        ok && lo.checked_add(size as u64).is_some_and(|hi| stack_bounds::record(tid, lo, hi, mapped))
     }
 }
 
@@ -292,8 +294,10 @@ mod tests {
         h.join().expect("join");
         assert_eq!(flags & libc::SS_DISABLE, 0, "the new thread has an alternate stack");
         assert_eq!(size, 192 * 1024);
-        let (lo, hi) = bounds.expect("bounds recorded");
+        let b = bounds.expect("bounds recorded");
+        let (lo, hi) = (b.lo, b.hi);
         assert!(lo < here && here < hi, "{lo:#x} < {here:#x} < {hi:#x}");
+        assert!(b.mapped, "a pthread_create stack is mapped whole");
         // The key destructor ran at exit (join waits for it).
         assert_eq!(stack_bounds::stack_bounds(tid), None);
     }
