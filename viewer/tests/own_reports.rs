@@ -149,6 +149,53 @@ fn modern_ios_rendering_snapshot() {
     insta::assert_snapshot!("ios_modern", text);
 }
 
+/// The ios report with three threads where the crashed one is task index 2 and its THREAD section is written first,
+/// as the handler writes it (SCHEMA.md §3).
+fn crashed_third_written_first() -> Report {
+    let mut r = ios_report();
+    let mut crashed = r.threads.remove(0);
+    crashed.index = 2;
+    crashed.queue = None;
+    crashed.name = Some("crasher".into());
+    let main = Thread {
+        index: 0,
+        id: Some(207700),
+        queue: Some("com.apple.main-thread".into()),
+        frames: vec![0x1a8e93000],
+        ..Thread::default()
+    };
+    let worker = r.threads.remove(0);
+    r.threads = vec![crashed, main, worker];
+    r.exception.as_mut().unwrap().crashed_thread = Some(2);
+    r.meta.as_mut().unwrap().thread_count = Some(3);
+    r
+}
+
+#[test]
+fn threads_are_numbered_and_printed_in_task_order_with_the_crashed_one_marked() {
+    let report = crashed_third_written_first();
+    let bytes = report_format::owned::to_bytes(&report).unwrap();
+    let mut loaded = viewer::load(&bytes).unwrap();
+    let text = viewer::render_loaded(&mut loaded, Layout::Modern, Format::Text, None);
+    assert!(text.contains("\nTriggered by Thread:  2\n"), "{text}");
+    let t0 = text.find("Thread 0 name:   Dispatch queue: com.apple.main-thread\nThread 0:\n").expect("thread 0");
+    let t1 = text.find("Thread 1 name:  worker\nThread 1:\n").expect("thread 1");
+    let t2 = text.find("Thread 2 name:  crasher\nThread 2 Crashed:\n0   iOSCrashingTest").expect("thread 2");
+    assert!(t0 < t1 && t1 < t2, "threads out of task order:\n{text}");
+    assert!(text.contains("\nThread 2 crashed with ARM Thread State (64-bit):\n"));
+    assert!(!text.contains("Thread 0 Crashed"));
+    // A model handed over unsorted (not through the decoder) is printed in index order too.
+    let direct = viewer::render_report(&report, &[]);
+    assert_eq!(direct, text);
+    // macOS: `Crashed Thread:` names the task index and the thread's name.
+    let mut mac = report.clone();
+    mac.meta.as_mut().unwrap().os.name = Some("macOS".into());
+    let text = viewer::render_report(&mac, &[]);
+    assert!(text.contains("\nCrashed Thread:        2 crasher\n"), "{text}");
+    let (a, b) = (text.find("\nThread 0::").unwrap(), text.find("\nThread 2 Crashed:: crasher\n").unwrap());
+    assert!(a < b);
+}
+
 #[test]
 fn legacy_rendering_snapshot() {
     let text = render(&ios_report(), Layout::Legacy, Format::Text);
