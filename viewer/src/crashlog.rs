@@ -19,6 +19,18 @@ pub enum Flavor {
     Linux,
 }
 
+impl Flavor {
+    /// True when a report of this flavor comes from the kind of OS this program runs on, so the images' paths may
+    /// name files of this machine (Linux reports on Linux, macOS reports on macOS; iOS reports only on iOS).
+    pub fn is_host_os(self) -> bool {
+        match self {
+            Flavor::Linux => cfg!(any(target_os = "linux", target_os = "android")),
+            Flavor::Macos => cfg!(target_os = "macos"),
+            Flavor::Ios => cfg!(any(target_os = "ios", target_os = "tvos", target_os = "watchos")),
+        }
+    }
+}
+
 /// A whole crash log ready to print.
 #[derive(Clone, Debug, Serialize)]
 pub struct CrashLog {

@@ -401,6 +401,10 @@ pub struct ImageQuery {
     pub id: Option<ImageId>,
     /// Architecture, when known.
     pub arch: Option<String>,
+    /// True when the image belongs to a report of another OS than the one this runs on (a macOS or iOS report
+    /// read on Linux, say): its path names a file of that other machine, so the file at the same path here (a
+    /// Linux `/bin/sleep` for a macOS `/bin/sleep`) is never looked at.
+    pub other_os: bool,
 }
 
 /// Finds debug files and caches them for the whole run.
@@ -573,7 +577,7 @@ impl SymbolStore {
                 }
             }
         }
-        if self.use_image_paths {
+        if self.use_image_paths && !q.other_os {
             if let Some(path) = q.path.as_deref().filter(|p| Path::new(p).is_file()) {
                 let idents = identify(Path::new(path));
                 let hit = idents.iter().find(|i| match &q.id {
