@@ -10,6 +10,7 @@ use crate::crashlog::{
     CrashLog, ExceptionInfo, ExtMods, Flavor, FrameLog, Header, ImageLog, InstructionStream, SymbolInfo, ThreadLog,
     ThreadState,
 };
+use crate::symbols::parse_image_id;
 use report_format::model::ImageId;
 use serde_json::Value;
 
@@ -210,18 +211,6 @@ fn truthy(v: &Value, key: &str) -> bool {
     }
 }
 
-fn parse_uuid(text: &str) -> Option<ImageId> {
-    let hex: String = text.chars().filter(|c| *c != '-').collect();
-    if hex.len() != 32 {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(ImageId::Uuid(out))
-}
-
 fn flavor_of(meta: &Value, body: &Value) -> Flavor {
     let train = body.get("osVersion").and_then(|o| s(o, "train")).or_else(|| s(meta, "os_version"));
     if let Some(Value::Bool(embedded)) = body.get("osVersion").and_then(|o| o.get("isEmbedded")) {
@@ -380,7 +369,7 @@ fn images(body: &Value) -> Vec<ImageLog> {
             name: s(im, "name"),
             path: s(im, "path"),
             arch: s(im, "arch"),
-            id: s(im, "uuid").and_then(|t| parse_uuid(&t)),
+            id: s(im, "uuid").and_then(|t| parse_image_id(&t)).filter(|id| matches!(id, ImageId::Uuid(_))),
             bundle_id: s(im, "CFBundleIdentifier"),
             short_version: s(im, "CFBundleShortVersionString"),
             slide: None,

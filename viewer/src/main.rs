@@ -193,20 +193,6 @@ fn parse_addr(s: &str) -> Result<u64, String> {
     r.map_err(|e| format!("not an address: {s:?} ({e})"))
 }
 
-fn parse_id(s: &str) -> Option<report_format::model::ImageId> {
-    let hex: String = s.chars().filter(|c| *c != '-').collect();
-    if hex.len() % 2 != 0 || hex.is_empty() {
-        return None;
-    }
-    let bytes: Option<Vec<u8>> =
-        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok()).collect();
-    let bytes = bytes?;
-    Some(match <[u8; 16]>::try_from(bytes.as_slice()) {
-        Ok(u) => report_format::model::ImageId::Uuid(u),
-        Err(_) => report_format::model::ImageId::BuildId(bytes),
-    })
-}
-
 fn write_out(output: Option<&PathBuf>, text: &str) -> Result<(), String> {
     match output {
         Some(p) => std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display())),
@@ -271,7 +257,7 @@ fn run_render(a: RenderArgs) -> u8 {
 }
 
 fn run_atos(a: AtosArgs) -> u8 {
-    let id = match a.uuid.as_deref().map(parse_id) {
+    let id = match a.uuid.as_deref().map(viewer::symbols::parse_image_id) {
         Some(None) => {
             eprintln!("viewer atos: --uuid is not hex");
             return 2;
