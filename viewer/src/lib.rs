@@ -13,6 +13,7 @@
 
 pub mod collector;
 pub mod crashlog;
+pub mod crashtext;
 pub mod demangle;
 pub mod from_report;
 pub mod ips;

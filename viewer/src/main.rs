@@ -25,6 +25,7 @@ Examples:
   viewer --format json crash.report           decoded report and model as JSON
   cat crash.report | viewer - -o crash.txt    read stdin, write a file
   viewer atos -o MyApp.app.dSYM -l 0x1007d4000 0x1007da384 0x1007da4bc
+  viewer symbolicate MyApp.crash -s MyApp.app.dSYM   symbolicate Apple crash text from Xcode or a tester
 
 Exit codes: 0 rendered; 1 unreadable or unknown input; 2 usage error; 3 rendered but the report is damaged;
 4 output not writable.";
@@ -49,6 +50,9 @@ enum Command {
         after_help = "Examples:\n  viewer atos -o MyApp.app.dSYM -l 0x1007d4000 0x1007da384\n  viewer atos --symbols build/ --uuid 82D13D98-219E-3040-B62A-07A297007A7C -l 0x1007d4000 0x1007da384\n  viewer atos -o ./myprog -l 0x0 0x1139"
     )]
     Atos(AtosArgs),
+    /// Symbolicate Apple crash text (.crash) in place: frame lines rewritten, every other byte kept.
+    #[command(after_help = SYMBOLICATE_HELP)]
+    Symbolicate(SymbolicateArgs),
     /// Run the collector: accept report uploads over HTTP and store each report once, by id.
     #[command(
         after_help = "Examples:\n  viewer serve                                  127.0.0.1:8787, store ./collected-reports\n  viewer serve --addr 127.0.0.1:0 --store /tmp/reports   any free port (printed)\n\nAnswers: 201 stored, 200 already stored, 400 not an intact report, 413 too large, 415 wrong content type."
@@ -57,6 +61,88 @@ enum Command {
     /// List the reports a collector store holds.
     #[command(after_help = "Example:\n  viewer list ./collected-reports")]
     List(ListArgs),
+}
+
+const SYMBOLICATE_HELP: &str = "\
+Reads modern (iOS 15+, macOS 12+) and legacy (iOS 4-14, Mac OS X 10.x-macOS 11) crash text, with or without the
+JSON line Xcode puts first. Each image's debug file is found by the UUID of its Binary Images line. Frames shown as
+`0xLOAD + OFFSET`, `IMAGE + OFFSET` or `???` become `symbol + offset (file:line)`; inlined functions get a line
+each (same frame number, `[inlined]`). Everything else, and any line that does not parse, is kept byte for byte.
+An .ips file (JSON body) is rendered as `viewer render` does.
+
+Examples:
+  viewer symbolicate MyApp-2024-05-01.crash --symbols MyApp.app.dSYM
+  viewer symbolicate crash.txt -s build/dSYMs/ -o symbolicated.crash
+  pbpaste | viewer symbolicate - -s ~/Archives/
+
+Exit codes: 0 done (frames without a debug file stay as they were); 1 unreadable input; 2 usage error; 4 output
+not writable.";
+
+#[derive(Args, Debug)]
+struct SymbolicateArgs {
+    /// Crash text to symbolicate; `-` (or nothing) reads standard input.
+    #[arg(value_name = "CRASH")]
+    input: Option<String>,
+    /// Debug file, dSYM bundle or directory searched recursively (repeatable).
+    #[arg(short, long = "symbols", value_name = "PATH")]
+    symbols: Vec<PathBuf>,
+    /// Do not look for debug files at the images' own paths or in /usr/lib/debug.
+    #[arg(long)]
+    no_auto_symbols: bool,
+    /// Write to FILE instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+fn read_input(input: &str) -> Result<Vec<u8>, String> {
+    if input == "-" {
+        let mut v = Vec::new();
+        std::io::stdin().lock().read_to_end(&mut v).map_err(|e| format!("cannot read standard input: {e}"))?;
+        Ok(v)
+    } else {
+        std::fs::read(input).map_err(|e| format!("cannot read {input}: {e}"))
+    }
+}
+
+fn run_symbolicate(a: SymbolicateArgs) -> u8 {
+    let input = a.input.unwrap_or_else(|| "-".to_string());
+    let bytes = match read_input(&input) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("viewer symbolicate: {e}");
+            return EXIT_INPUT;
+        }
+    };
+    let mut store = if a.no_auto_symbols { SymbolStore::only(a.symbols) } else { SymbolStore::new(a.symbols) };
+    // An .ips with a JSON body is rendered (symbolicated) the way `viewer render` does it.
+    if viewer::ips::looks_like_ips(&bytes) {
+        if let Ok(mut loaded @ Loaded::Ips(_)) = viewer::load(&bytes) {
+            let text = viewer::render_loaded(&mut loaded, Layout::Modern, Format::Text, Some(&mut store));
+            for n in loaded.log().map(|l| l.symbol_notes.as_slice()).unwrap_or(&[]) {
+                eprintln!("viewer symbolicate: {n}");
+            }
+            return match write_out(a.output.as_ref(), text.as_bytes()) {
+                Ok(()) => EXIT_OK,
+                Err(e) => {
+                    eprintln!("viewer symbolicate: {e}");
+                    EXIT_OUTPUT
+                }
+            };
+        }
+    }
+    let r = viewer::crashtext::symbolicate_text(&bytes, &mut store);
+    for n in &r.notes {
+        eprintln!("viewer symbolicate: {n}");
+    }
+    eprintln!(
+        "viewer symbolicate: {} of {} unsymbolicated frames symbolicated ({} images listed)",
+        r.symbolicated, r.unsymbolicated, r.images
+    );
+    if let Err(e) = write_out(a.output.as_ref(), &r.text) {
+        eprintln!("viewer symbolicate: {e}");
+        return EXIT_OUTPUT;
+    }
+    EXIT_OK
 }
 
 #[derive(Args, Debug)]
@@ -120,7 +206,7 @@ fn run_list(a: ListArgs) -> u8 {
         ));
     }
     out.push_str(&format!("{} report{}\n", list.len(), if list.len() == 1 { "" } else { "s" }));
-    if let Err(e) = write_out(None, &out) {
+    if let Err(e) = write_out(None, out.as_bytes()) {
         eprintln!("viewer list: {e}");
         return EXIT_OUTPUT;
     }
@@ -193,12 +279,12 @@ fn parse_addr(s: &str) -> Result<u64, String> {
     r.map_err(|e| format!("not an address: {s:?} ({e})"))
 }
 
-fn write_out(output: Option<&PathBuf>, text: &str) -> Result<(), String> {
+fn write_out(output: Option<&PathBuf>, text: &[u8]) -> Result<(), String> {
     match output {
         Some(p) => std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display())),
         None => {
             let mut out = std::io::stdout().lock();
-            out.write_all(text.as_bytes()).and_then(|_| out.flush()).map_err(|e| format!("cannot write output: {e}"))
+            out.write_all(text).and_then(|_| out.flush()).map_err(|e| format!("cannot write output: {e}"))
         }
     }
 }
@@ -240,7 +326,7 @@ fn run_render(a: RenderArgs) -> u8 {
             eprintln!("viewer: symbols: {n}");
         }
     }
-    if let Err(e) = write_out(a.output.as_ref(), &text) {
+    if let Err(e) = write_out(a.output.as_ref(), text.as_bytes()) {
         eprintln!("viewer: {e}");
         return EXIT_OUTPUT;
     }
@@ -302,7 +388,7 @@ fn run_atos(a: AtosArgs) -> u8 {
         return EXIT_INPUT;
     };
     let text: String = viewer::atos(&file, a.load_address, &a.addresses).iter().map(viewer::format_atos).collect();
-    if let Err(e) = write_out(a.output.as_ref(), &text) {
+    if let Err(e) = write_out(a.output.as_ref(), text.as_bytes()) {
         eprintln!("viewer atos: {e}");
         return EXIT_OUTPUT;
     }
@@ -314,6 +400,7 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Some(Command::Render(a)) => run_render(a),
         Some(Command::Atos(a)) => run_atos(a),
+        Some(Command::Symbolicate(a)) => run_symbolicate(a),
         Some(Command::Serve(a)) => run_serve(a),
         Some(Command::List(a)) => run_list(a),
         None => run_render(cli.render),
