@@ -153,6 +153,8 @@ pub struct ExceptionInfo {
 pub struct ThreadLog {
     /// Index in the report's thread list (the `N` of `Thread N`).
     pub index: u32,
+    /// Kernel thread id (Mach thread id / Linux tid), when known; `.ips` `id`. Not printed in the text.
+    pub id: Option<u64>,
     /// Thread name.
     pub name: Option<String>,
     /// Dispatch queue label.

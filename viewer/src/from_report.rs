@@ -122,6 +122,7 @@ pub fn to_crash_log(report: &Report, problems: Vec<String>) -> CrashLog {
         }
         log.threads.push(ThreadLog {
             index: t.index,
+            id: t.id,
             name: t.name.clone(),
             queue: t.queue.clone(),
             crashed,

@@ -11,7 +11,6 @@ use crate::crashlog::{
     ThreadState,
 };
 use crate::symbols::parse_image_id;
-use report_format::model::ImageId;
 use serde_json::Value;
 
 /// What an `.ips` file holds.
@@ -218,6 +217,8 @@ fn flavor_of(meta: &Value, body: &Value) -> Flavor {
     }
     match train {
         Some(t) if t.starts_with("macOS") || t.starts_with("Mac OS") => Flavor::Macos,
+        // Our own reports of Linux processes written as .ips (`viewer --format ips`).
+        Some(t) if t.starts_with("Linux") => Flavor::Linux,
         Some(_) => Flavor::Ios,
         None => match u(meta, "platform") {
             Some(1) => Flavor::Macos,
@@ -245,6 +246,7 @@ fn map_body(meta: &Value, body: &Value, problems: Vec<String>) -> CrashLog {
                 t.get("frames").and_then(Value::as_array).map(|fs| frames(fs, &log.images)).unwrap_or_default();
             log.threads.push(ThreadLog {
                 index,
+                id: u(t, "id"),
                 name: s(t, "name"),
                 queue: s(t, "queue"),
                 crashed,
@@ -369,7 +371,7 @@ fn images(body: &Value) -> Vec<ImageLog> {
             name: s(im, "name"),
             path: s(im, "path"),
             arch: s(im, "arch"),
-            id: s(im, "uuid").and_then(|t| parse_image_id(&t)).filter(|id| matches!(id, ImageId::Uuid(_))),
+            id: s(im, "uuid").and_then(|t| parse_image_id(&t)),
             bundle_id: s(im, "CFBundleIdentifier"),
             short_version: s(im, "CFBundleShortVersionString"),
             slide: None,

@@ -23,6 +23,7 @@ Examples:
   viewer MyApp-2022-08-04-011101.ips          render an Apple .ips the same way
   viewer --legacy crash.report                iOS <= 14 layout
   viewer --format json crash.report           decoded report and model as JSON
+  viewer --format ips crash.report -o x.ips   Apple's .ips, for Xcode, Console, MacSymbolicator
   cat crash.report | viewer - -o crash.txt    read stdin, write a file
   viewer atos -o MyApp.app.dSYM -l 0x1007d4000 0x1007da384 0x1007da4bc
   viewer symbolicate MyApp.crash -s MyApp.app.dSYM   symbolicate Apple crash text from Xcode or a tester
@@ -219,6 +220,8 @@ enum OutFormat {
     Text,
     /// JSON with stable keys.
     Json,
+    /// Apple's .ips file (bug_type 309), for Xcode, Console and Apple's symbolicators.
+    Ips,
 }
 
 #[derive(Args, Debug)]
@@ -319,7 +322,11 @@ fn run_render(a: RenderArgs) -> u8 {
     };
     let mut store = if a.no_auto_symbols { SymbolStore::only(a.symbols) } else { SymbolStore::new(a.symbols) };
     let layout = if a.legacy { Layout::Legacy } else { Layout::Modern };
-    let format = if a.format == OutFormat::Json { Format::Json } else { Format::Text };
+    let format = match a.format {
+        OutFormat::Text => Format::Text,
+        OutFormat::Json => Format::Json,
+        OutFormat::Ips => Format::Ips,
+    };
     let text = viewer::render_loaded(&mut loaded, layout, format, (!a.no_symbolicate).then_some(&mut store));
     if let Some(log) = loaded.log() {
         for n in &log.symbol_notes {

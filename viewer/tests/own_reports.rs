@@ -316,3 +316,37 @@ proptest! {
         all_renderings(&bytes);
     }
 }
+
+#[test]
+fn ips_output_round_trips_through_our_ips_reader() {
+    let mut mac = ios_report();
+    mac.meta.as_mut().unwrap().os = Os { name: Some("macOS".into()), version: Some("14.5".into()), build: None };
+    for (what, report) in [
+        ("ios", ios_report()),
+        ("linux", linux_report()),
+        ("macos", mac),
+        ("crashed third", crashed_third_written_first()),
+    ] {
+        let ips = render(&report, Layout::Modern, Format::Ips);
+        let (meta, body) = ips.split_once('\n').unwrap();
+        assert!(!meta.contains('\n'));
+        let meta: serde_json::Value = serde_json::from_str(meta).unwrap();
+        assert_eq!(meta["bug_type"], "309", "{what}");
+        let body: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert!(body["usedImages"].is_array() && body["threads"].is_array() && body["exception"].is_object());
+        for layout in [Layout::Modern, Layout::Legacy] {
+            let mut back = viewer::load(ips.as_bytes()).unwrap();
+            assert!(matches!(back, viewer::Loaded::Ips(_)), "{what}");
+            let text = viewer::render_loaded(&mut back, layout, Format::Text, None);
+            assert_eq!(text, render(&report, layout, Format::Text), "{what} {layout:?}");
+        }
+    }
+    // The ios report's Application Specific Information lands in `asi`, the crashed thread's registers in
+    // `threadState`, the image UUID dashed.
+    let ips = render(&ios_report(), Layout::Modern, Format::Ips);
+    let body: serde_json::Value = serde_json::from_str(ips.split_once('\n').unwrap().1).unwrap();
+    assert_eq!(body["asi"]["iOSCrashingTest"][0], "Fatal error: boom");
+    assert_eq!(body["threads"][0]["threadState"]["esr"]["value"], 0x92000006u64);
+    assert_eq!(body["usedImages"][0]["uuid"], "82d13d98-219e-3040-b62a-07a297007a7c");
+    assert_eq!(body["faultingThread"], 0);
+}
