@@ -48,7 +48,7 @@ enum Command {
     Render(RenderArgs),
     /// Resolve single addresses like Apple's atos: function + offset (file:line) per address.
     #[command(
-        after_help = "Examples:\n  viewer atos -o MyApp.app.dSYM -l 0x1007d4000 0x1007da384\n  viewer atos --symbols build/ --uuid 82D13D98-219E-3040-B62A-07A297007A7C -l 0x1007d4000 0x1007da384\n  viewer atos -o ./myprog -l 0x0 0x1139"
+        after_help = "Examples:\n  viewer atos -o MyApp.app.dSYM -l 0x1007d4000 0x1007da384\n  viewer atos --symbols build/ --uuid 82D13D98-219E-3040-B62A-07A297007A7C -l 0x1007d4000 0x1007da384\n  viewer atos -o ./myprog -l 0x0 0x1139\n  printf '0x1007da384\\n0x1007da4bc\\n' | viewer atos -o MyApp.app.dSYM -l 0x1007d4000"
     )]
     Atos(AtosArgs),
     /// Symbolicate Apple crash text (.crash) in place: frame lines rewritten, every other byte kept.
@@ -266,8 +266,9 @@ struct AtosArgs {
     /// Runtime load address of the image (hex with 0x, or decimal).
     #[arg(short, long = "load-address", value_name = "ADDR", value_parser = parse_addr)]
     load_address: u64,
-    /// Addresses to resolve (hex with 0x, or decimal).
-    #[arg(required = true, value_parser = parse_addr)]
+    /// Addresses to resolve (hex with 0x, or decimal); none: read them from standard input, one per line (like
+    /// `atos -f` and `llvm-symbolizer`).
+    #[arg(value_parser = parse_addr)]
     addresses: Vec<u64>,
     /// Write to FILE instead of standard output.
     #[arg(long, value_name = "FILE")]
@@ -394,7 +395,26 @@ fn run_atos(a: AtosArgs) -> u8 {
         eprintln!("viewer atos: no usable debug file");
         return EXIT_INPUT;
     };
-    let text: String = viewer::atos(&file, a.load_address, &a.addresses).iter().map(viewer::format_atos).collect();
+    let mut addresses = a.addresses;
+    if addresses.is_empty() {
+        let mut input = String::new();
+        if let Err(e) = std::io::stdin().lock().read_to_string(&mut input) {
+            eprintln!("viewer atos: cannot read standard input: {e}");
+            return EXIT_INPUT;
+        }
+        for (n, line) in input.lines().enumerate() {
+            let t = line.trim();
+            if t.is_empty() {
+                continue;
+            }
+            match parse_addr(t) {
+                Ok(v) => addresses.push(v),
+                // A bad line is reported and skipped; the others are still resolved.
+                Err(e) => eprintln!("viewer atos: standard input line {}: {e}", n + 1),
+            }
+        }
+    }
+    let text: String = viewer::atos(&file, a.load_address, &addresses).iter().map(viewer::format_atos).collect();
     if let Err(e) = write_out(a.output.as_ref(), text.as_bytes()) {
         eprintln!("viewer atos: {e}");
         return EXIT_OUTPUT;

@@ -112,6 +112,24 @@ fn atos_subcommand() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "-[MyClass crashingMethod] + 4 (main.m:21)\n");
+    // Addresses on standard input, one per line; a bad line is skipped with a message.
+    let mut child = bin()
+        .args(["atos", "-o"])
+        .arg(apple("ios15-swift-assert/iOSCrashingTest.app.dSYM"))
+        .args(["-l", "0x1007d4000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"0x1007da384\nnot-an-address\n\n0x1007da4bc\n2\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "main + 64 (AppDelegate.swift:9)\nspecialized static CrashClass.pleaseCrash() + 200 (<compiler-generated>:0)\n0x2\n"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 2"));
 }
 
 #[test]
