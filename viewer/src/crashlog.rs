@@ -19,6 +19,18 @@ pub enum Flavor {
     Linux,
 }
 
+impl Flavor {
+    /// True when a report of this flavor comes from the kind of OS this program runs on, so the images' paths may
+    /// name files of this machine (Linux reports on Linux, macOS reports on macOS; iOS reports only on iOS).
+    pub fn is_host_os(self) -> bool {
+        match self {
+            Flavor::Linux => cfg!(any(target_os = "linux", target_os = "android")),
+            Flavor::Macos => cfg!(target_os = "macos"),
+            Flavor::Ios => cfg!(any(target_os = "ios", target_os = "tvos", target_os = "watchos")),
+        }
+    }
+}
+
 /// A whole crash log ready to print.
 #[derive(Clone, Debug, Serialize)]
 pub struct CrashLog {
@@ -141,6 +153,8 @@ pub struct ExceptionInfo {
 pub struct ThreadLog {
     /// Index in the report's thread list (the `N` of `Thread N`).
     pub index: u32,
+    /// Kernel thread id (Mach thread id / Linux tid), when known; `.ips` `id`. Not printed in the text.
+    pub id: Option<u64>,
     /// Thread name.
     pub name: Option<String>,
     /// Dispatch queue label.

@@ -81,7 +81,12 @@ pub fn to_crash_log(report: &Report, problems: Vec<String>) -> CrashLog {
         })
         .collect();
 
-    for t in &report.threads {
+    // Apple numbers threads in the task's order (main thread first) and prints them in that order; THREAD.i is that
+    // index (SCHEMA.md §4.3), whatever order the sections were written in (the handler writes the crashed thread
+    // first). The decoder already sorts by index; a hand-built `Report` may not be.
+    let mut ordered: Vec<&report_format::model::Thread> = report.threads.iter().collect();
+    ordered.sort_by_key(|t| t.index);
+    for t in ordered {
         let crashed = Some(t.index) == log.triggered_thread;
         let frames = t
             .frames
@@ -117,6 +122,7 @@ pub fn to_crash_log(report: &Report, problems: Vec<String>) -> CrashLog {
         }
         log.threads.push(ThreadLog {
             index: t.index,
+            id: t.id,
             name: t.name.clone(),
             queue: t.queue.clone(),
             crashed,

@@ -10,7 +10,7 @@ use crate::crashlog::{
     CrashLog, ExceptionInfo, ExtMods, Flavor, FrameLog, Header, ImageLog, InstructionStream, SymbolInfo, ThreadLog,
     ThreadState,
 };
-use report_format::model::ImageId;
+use crate::symbols::parse_image_id;
 use serde_json::Value;
 
 /// What an `.ips` file holds.
@@ -210,18 +210,6 @@ fn truthy(v: &Value, key: &str) -> bool {
     }
 }
 
-fn parse_uuid(text: &str) -> Option<ImageId> {
-    let hex: String = text.chars().filter(|c| *c != '-').collect();
-    if hex.len() != 32 {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(ImageId::Uuid(out))
-}
-
 fn flavor_of(meta: &Value, body: &Value) -> Flavor {
     let train = body.get("osVersion").and_then(|o| s(o, "train")).or_else(|| s(meta, "os_version"));
     if let Some(Value::Bool(embedded)) = body.get("osVersion").and_then(|o| o.get("isEmbedded")) {
@@ -229,6 +217,8 @@ fn flavor_of(meta: &Value, body: &Value) -> Flavor {
     }
     match train {
         Some(t) if t.starts_with("macOS") || t.starts_with("Mac OS") => Flavor::Macos,
+        // Our own reports of Linux processes written as .ips (`viewer --format ips`).
+        Some(t) if t.starts_with("Linux") => Flavor::Linux,
         Some(_) => Flavor::Ios,
         None => match u(meta, "platform") {
             Some(1) => Flavor::Macos,
@@ -256,6 +246,7 @@ fn map_body(meta: &Value, body: &Value, problems: Vec<String>) -> CrashLog {
                 t.get("frames").and_then(Value::as_array).map(|fs| frames(fs, &log.images)).unwrap_or_default();
             log.threads.push(ThreadLog {
                 index,
+                id: u(t, "id"),
                 name: s(t, "name"),
                 queue: s(t, "queue"),
                 crashed,
@@ -380,7 +371,7 @@ fn images(body: &Value) -> Vec<ImageLog> {
             name: s(im, "name"),
             path: s(im, "path"),
             arch: s(im, "arch"),
-            id: s(im, "uuid").and_then(|t| parse_uuid(&t)),
+            id: s(im, "uuid").and_then(|t| parse_image_id(&t)),
             bundle_id: s(im, "CFBundleIdentifier"),
             short_version: s(im, "CFBundleShortVersionString"),
             slide: None,

@@ -13,9 +13,11 @@
 
 pub mod collector;
 pub mod crashlog;
+pub mod crashtext;
 pub mod demangle;
 pub mod from_report;
 pub mod ips;
+pub mod ips_write;
 pub mod names;
 pub mod render;
 pub mod symbolicate;
@@ -113,12 +115,14 @@ pub enum Format {
     Text,
     /// JSON: see [`render_loaded`].
     Json,
+    /// Apple's `.ips` (bug_type 309): see [`ips_write`].
+    Ips,
 }
 
 /// Renders a loaded input. `store`, when given, symbolicates frames first (its notes end up in the model's
 /// `symbol_notes`).
 ///
-/// Text is the Apple layout. JSON is one object with stable keys: `"source"` (`"report"`, `"ips"` or
+/// Text is the Apple layout; `Ips` is Apple's `.ips` file ([`ips_write::to_ips`]). JSON is one object with stable keys: `"source"` (`"report"`, `"ips"` or
 /// `"ips_text"`), `"report"` (our decoded report in `report_format`'s JSON shape, or `null`), `"problems"` (strings),
 /// `"crash_log"` (the symbolicated [`CrashLog`] model, or `null`) and `"text"` (only for `"ips_text"`).
 pub fn render_loaded(loaded: &mut Loaded, layout: Layout, format: Format, store: Option<&mut SymbolStore>) -> String {
@@ -129,6 +133,11 @@ pub fn render_loaded(loaded: &mut Loaded, layout: Layout, format: Format, store:
         Format::Text => match loaded {
             Loaded::Report { log, .. } | Loaded::Ips(log) => render::render(log, layout),
             Loaded::Text(t) => t.clone(),
+        },
+        Format::Ips => match loaded {
+            Loaded::Report { log, .. } | Loaded::Ips(log) => ips_write::to_ips(log),
+            // Legacy text body: an .ips of the text kind (bug_type 109) holding it unchanged.
+            Loaded::Text(t) => format!("{{\"bug_type\":\"109\"}}\n{t}"),
         },
         Format::Json => {
             #[derive(Serialize)]

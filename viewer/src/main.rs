@@ -23,8 +23,10 @@ Examples:
   viewer MyApp-2022-08-04-011101.ips          render an Apple .ips the same way
   viewer --legacy crash.report                iOS <= 14 layout
   viewer --format json crash.report           decoded report and model as JSON
+  viewer --format ips crash.report -o x.ips   Apple's .ips, for Xcode, Console, MacSymbolicator
   cat crash.report | viewer - -o crash.txt    read stdin, write a file
   viewer atos -o MyApp.app.dSYM -l 0x1007d4000 0x1007da384 0x1007da4bc
+  viewer symbolicate MyApp.crash -s MyApp.app.dSYM   symbolicate Apple crash text from Xcode or a tester
 
 Exit codes: 0 rendered; 1 unreadable or unknown input; 2 usage error; 3 rendered but the report is damaged;
 4 output not writable.";
@@ -46,9 +48,12 @@ enum Command {
     Render(RenderArgs),
     /// Resolve single addresses like Apple's atos: function + offset (file:line) per address.
     #[command(
-        after_help = "Examples:\n  viewer atos -o MyApp.app.dSYM -l 0x1007d4000 0x1007da384\n  viewer atos --symbols build/ --uuid 82D13D98-219E-3040-B62A-07A297007A7C -l 0x1007d4000 0x1007da384\n  viewer atos -o ./myprog -l 0x0 0x1139"
+        after_help = "Examples:\n  viewer atos -o MyApp.app.dSYM -l 0x1007d4000 0x1007da384\n  viewer atos --symbols build/ --uuid 82D13D98-219E-3040-B62A-07A297007A7C -l 0x1007d4000 0x1007da384\n  viewer atos -o ./myprog -l 0x0 0x1139\n  printf '0x1007da384\\n0x1007da4bc\\n' | viewer atos -o MyApp.app.dSYM -l 0x1007d4000"
     )]
     Atos(AtosArgs),
+    /// Symbolicate Apple crash text (.crash) in place: frame lines rewritten, every other byte kept.
+    #[command(after_help = SYMBOLICATE_HELP)]
+    Symbolicate(SymbolicateArgs),
     /// Run the collector: accept report uploads over HTTP and store each report once, by id.
     #[command(
         after_help = "Examples:\n  viewer serve                                  127.0.0.1:8787, store ./collected-reports\n  viewer serve --addr 127.0.0.1:0 --store /tmp/reports   any free port (printed)\n\nAnswers: 201 stored, 200 already stored, 400 not an intact report, 413 too large, 415 wrong content type."
@@ -57,6 +62,88 @@ enum Command {
     /// List the reports a collector store holds.
     #[command(after_help = "Example:\n  viewer list ./collected-reports")]
     List(ListArgs),
+}
+
+const SYMBOLICATE_HELP: &str = "\
+Reads modern (iOS 15+, macOS 12+) and legacy (iOS 4-14, Mac OS X 10.x-macOS 11) crash text, with or without the
+JSON line Xcode puts first. Each image's debug file is found by the UUID of its Binary Images line. Frames shown as
+`0xLOAD + OFFSET`, `IMAGE + OFFSET` or `???` become `symbol + offset (file:line)`; inlined functions get a line
+each (same frame number, `[inlined]`). Everything else, and any line that does not parse, is kept byte for byte.
+An .ips file (JSON body) is rendered as `viewer render` does.
+
+Examples:
+  viewer symbolicate MyApp-2024-05-01.crash --symbols MyApp.app.dSYM
+  viewer symbolicate crash.txt -s build/dSYMs/ -o symbolicated.crash
+  pbpaste | viewer symbolicate - -s ~/Archives/
+
+Exit codes: 0 done (frames without a debug file stay as they were); 1 unreadable input; 2 usage error; 4 output
+not writable.";
+
+#[derive(Args, Debug)]
+struct SymbolicateArgs {
+    /// Crash text to symbolicate; `-` (or nothing) reads standard input.
+    #[arg(value_name = "CRASH")]
+    input: Option<String>,
+    /// Debug file, dSYM bundle or directory searched recursively (repeatable).
+    #[arg(short, long = "symbols", value_name = "PATH")]
+    symbols: Vec<PathBuf>,
+    /// Do not look for debug files at the images' own paths or in /usr/lib/debug.
+    #[arg(long)]
+    no_auto_symbols: bool,
+    /// Write to FILE instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+fn read_input(input: &str) -> Result<Vec<u8>, String> {
+    if input == "-" {
+        let mut v = Vec::new();
+        std::io::stdin().lock().read_to_end(&mut v).map_err(|e| format!("cannot read standard input: {e}"))?;
+        Ok(v)
+    } else {
+        std::fs::read(input).map_err(|e| format!("cannot read {input}: {e}"))
+    }
+}
+
+fn run_symbolicate(a: SymbolicateArgs) -> u8 {
+    let input = a.input.unwrap_or_else(|| "-".to_string());
+    let bytes = match read_input(&input) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("viewer symbolicate: {e}");
+            return EXIT_INPUT;
+        }
+    };
+    let mut store = if a.no_auto_symbols { SymbolStore::only(a.symbols) } else { SymbolStore::new(a.symbols) };
+    // An .ips with a JSON body is rendered (symbolicated) the way `viewer render` does it.
+    if viewer::ips::looks_like_ips(&bytes) {
+        if let Ok(mut loaded @ Loaded::Ips(_)) = viewer::load(&bytes) {
+            let text = viewer::render_loaded(&mut loaded, Layout::Modern, Format::Text, Some(&mut store));
+            for n in loaded.log().map(|l| l.symbol_notes.as_slice()).unwrap_or(&[]) {
+                eprintln!("viewer symbolicate: {n}");
+            }
+            return match write_out(a.output.as_ref(), text.as_bytes()) {
+                Ok(()) => EXIT_OK,
+                Err(e) => {
+                    eprintln!("viewer symbolicate: {e}");
+                    EXIT_OUTPUT
+                }
+            };
+        }
+    }
+    let r = viewer::crashtext::symbolicate_text(&bytes, &mut store);
+    for n in &r.notes {
+        eprintln!("viewer symbolicate: {n}");
+    }
+    eprintln!(
+        "viewer symbolicate: {} of {} unsymbolicated frames symbolicated ({} images listed)",
+        r.symbolicated, r.unsymbolicated, r.images
+    );
+    if let Err(e) = write_out(a.output.as_ref(), &r.text) {
+        eprintln!("viewer symbolicate: {e}");
+        return EXIT_OUTPUT;
+    }
+    EXIT_OK
 }
 
 #[derive(Args, Debug)]
@@ -120,7 +207,7 @@ fn run_list(a: ListArgs) -> u8 {
         ));
     }
     out.push_str(&format!("{} report{}\n", list.len(), if list.len() == 1 { "" } else { "s" }));
-    if let Err(e) = write_out(None, &out) {
+    if let Err(e) = write_out(None, out.as_bytes()) {
         eprintln!("viewer list: {e}");
         return EXIT_OUTPUT;
     }
@@ -133,6 +220,8 @@ enum OutFormat {
     Text,
     /// JSON with stable keys.
     Json,
+    /// Apple's .ips file (bug_type 309), for Xcode, Console and Apple's symbolicators.
+    Ips,
 }
 
 #[derive(Args, Debug)]
@@ -177,8 +266,9 @@ struct AtosArgs {
     /// Runtime load address of the image (hex with 0x, or decimal).
     #[arg(short, long = "load-address", value_name = "ADDR", value_parser = parse_addr)]
     load_address: u64,
-    /// Addresses to resolve (hex with 0x, or decimal).
-    #[arg(required = true, value_parser = parse_addr)]
+    /// Addresses to resolve (hex with 0x, or decimal); none: read them from standard input, one per line (like
+    /// `atos -f` and `llvm-symbolizer`).
+    #[arg(value_parser = parse_addr)]
     addresses: Vec<u64>,
     /// Write to FILE instead of standard output.
     #[arg(long, value_name = "FILE")]
@@ -193,26 +283,12 @@ fn parse_addr(s: &str) -> Result<u64, String> {
     r.map_err(|e| format!("not an address: {s:?} ({e})"))
 }
 
-fn parse_id(s: &str) -> Option<report_format::model::ImageId> {
-    let hex: String = s.chars().filter(|c| *c != '-').collect();
-    if hex.len() % 2 != 0 || hex.is_empty() {
-        return None;
-    }
-    let bytes: Option<Vec<u8>> =
-        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok()).collect();
-    let bytes = bytes?;
-    Some(match <[u8; 16]>::try_from(bytes.as_slice()) {
-        Ok(u) => report_format::model::ImageId::Uuid(u),
-        Err(_) => report_format::model::ImageId::BuildId(bytes),
-    })
-}
-
-fn write_out(output: Option<&PathBuf>, text: &str) -> Result<(), String> {
+fn write_out(output: Option<&PathBuf>, text: &[u8]) -> Result<(), String> {
     match output {
         Some(p) => std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display())),
         None => {
             let mut out = std::io::stdout().lock();
-            out.write_all(text.as_bytes()).and_then(|_| out.flush()).map_err(|e| format!("cannot write output: {e}"))
+            out.write_all(text).and_then(|_| out.flush()).map_err(|e| format!("cannot write output: {e}"))
         }
     }
 }
@@ -247,14 +323,18 @@ fn run_render(a: RenderArgs) -> u8 {
     };
     let mut store = if a.no_auto_symbols { SymbolStore::only(a.symbols) } else { SymbolStore::new(a.symbols) };
     let layout = if a.legacy { Layout::Legacy } else { Layout::Modern };
-    let format = if a.format == OutFormat::Json { Format::Json } else { Format::Text };
+    let format = match a.format {
+        OutFormat::Text => Format::Text,
+        OutFormat::Json => Format::Json,
+        OutFormat::Ips => Format::Ips,
+    };
     let text = viewer::render_loaded(&mut loaded, layout, format, (!a.no_symbolicate).then_some(&mut store));
     if let Some(log) = loaded.log() {
         for n in &log.symbol_notes {
             eprintln!("viewer: symbols: {n}");
         }
     }
-    if let Err(e) = write_out(a.output.as_ref(), &text) {
+    if let Err(e) = write_out(a.output.as_ref(), text.as_bytes()) {
         eprintln!("viewer: {e}");
         return EXIT_OUTPUT;
     }
@@ -271,7 +351,7 @@ fn run_render(a: RenderArgs) -> u8 {
 }
 
 fn run_atos(a: AtosArgs) -> u8 {
-    let id = match a.uuid.as_deref().map(parse_id) {
+    let id = match a.uuid.as_deref().map(viewer::symbols::parse_image_id) {
         Some(None) => {
             eprintln!("viewer atos: --uuid is not hex");
             return 2;
@@ -315,8 +395,27 @@ fn run_atos(a: AtosArgs) -> u8 {
         eprintln!("viewer atos: no usable debug file");
         return EXIT_INPUT;
     };
-    let text: String = viewer::atos(&file, a.load_address, &a.addresses).iter().map(viewer::format_atos).collect();
-    if let Err(e) = write_out(a.output.as_ref(), &text) {
+    let mut addresses = a.addresses;
+    if addresses.is_empty() {
+        let mut input = String::new();
+        if let Err(e) = std::io::stdin().lock().read_to_string(&mut input) {
+            eprintln!("viewer atos: cannot read standard input: {e}");
+            return EXIT_INPUT;
+        }
+        for (n, line) in input.lines().enumerate() {
+            let t = line.trim();
+            if t.is_empty() {
+                continue;
+            }
+            match parse_addr(t) {
+                Ok(v) => addresses.push(v),
+                // A bad line is reported and skipped; the others are still resolved.
+                Err(e) => eprintln!("viewer atos: standard input line {}: {e}", n + 1),
+            }
+        }
+    }
+    let text: String = viewer::atos(&file, a.load_address, &addresses).iter().map(viewer::format_atos).collect();
+    if let Err(e) = write_out(a.output.as_ref(), text.as_bytes()) {
         eprintln!("viewer atos: {e}");
         return EXIT_OUTPUT;
     }
@@ -328,6 +427,7 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Some(Command::Render(a)) => run_render(a),
         Some(Command::Atos(a)) => run_atos(a),
+        Some(Command::Symbolicate(a)) => run_symbolicate(a),
         Some(Command::Serve(a)) => run_serve(a),
         Some(Command::List(a)) => run_list(a),
         None => run_render(cli.render),

@@ -136,27 +136,40 @@ fn render_ios(log: &CrashLog, out: &mut String, legacy: bool) {
         let _ = writeln!(out, "Triggered by Thread:  {t}");
     }
     out.push('\n');
-    if !log.asi.is_empty() {
-        out.push_str("Application Specific Information:\n");
-        for m in &log.asi {
-            out.push_str(m);
-            if !m.ends_with('\n') {
-                out.push('\n');
-            }
-        }
-        out.push_str(if legacy { "\n" } else { "\n\n" });
+    let after = if legacy { 1 } else { 2 };
+    text_block(out, "Application Specific Information:", &log.asi, after);
+    text_block(out, "Kernel Triage:", log.kernel_triage.as_slice(), 2);
+    threads_and_state(out, log, legacy, |out, t| thread_header_ios(out, t, legacy));
+    binary_images(out, log, |out, im| image_line_ios(out, im, legacy));
+    out.push_str("\nEOF\n\n");
+}
+
+/// A titled block of text entries (Application Specific Information, Kernel Triage): the title line, each entry
+/// ended by one newline (entries may hold several lines), then `blank_after` empty lines. Nothing when there are no
+/// entries. Shared by every layout; only the number of empty lines after it differs.
+fn text_block<S: AsRef<str>>(out: &mut String, title: &str, entries: &[S], blank_after: usize) {
+    if entries.is_empty() {
+        return;
     }
-    if let Some(kt) = &log.kernel_triage {
-        out.push_str("Kernel Triage:\n");
-        out.push_str(kt);
-        if !kt.ends_with('\n') {
+    out.push_str(title);
+    out.push('\n');
+    for e in entries {
+        let e = e.as_ref();
+        out.push_str(e);
+        if !e.ends_with('\n') {
             out.push('\n');
         }
-        out.push_str("\n\n");
     }
+    for _ in 0..blank_after {
+        out.push('\n');
+    }
+}
 
+/// The thread sections (each followed by an empty line), then the crashed thread's register block and instruction
+/// stream: the same in every layout but for the thread header line, which `header` writes.
+fn threads_and_state(out: &mut String, log: &CrashLog, legacy: bool, header: impl Fn(&mut String, &ThreadLog)) {
     for t in &log.threads {
-        thread_header_ios(out, t, legacy);
+        header(out, t);
         frames(out, log, t, legacy);
         out.push('\n');
     }
@@ -168,11 +181,14 @@ fn render_ios(log: &CrashLog, out: &mut String, legacy: bool) {
     if let Some(is) = &log.instruction_stream {
         instruction_stream(out, is);
     }
+}
+
+/// `Binary Images:` and one line per image, written by `line` (the layouts differ in the line only).
+fn binary_images(out: &mut String, log: &CrashLog, line: impl Fn(&mut String, &ImageLog)) {
     out.push_str("Binary Images:\n");
     for im in &log.images {
-        image_line_ios(out, im, legacy);
+        line(out, im);
     }
-    out.push_str("\nEOF\n\n");
 }
 
 fn termination_modern(log: &CrashLog) -> Option<String> {
@@ -490,44 +506,13 @@ fn render_macos(log: &CrashLog, out: &mut String) {
     }
     field(out, W, "Terminating Process", e.terminating_process.as_deref());
     out.push('\n');
-    if !log.asi.is_empty() {
-        out.push_str("Application Specific Information:\n");
-        for m in &log.asi {
-            out.push_str(m);
-            if !m.ends_with('\n') {
-                out.push('\n');
-            }
-        }
-        out.push('\n');
-    }
-    if let Some(kt) = &log.kernel_triage {
-        out.push_str("Kernel Triage:\n");
-        out.push_str(kt);
-        if !kt.ends_with('\n') {
-            out.push('\n');
-        }
-        out.push('\n');
-    }
+    text_block(out, "Application Specific Information:", &log.asi, 1);
+    text_block(out, "Kernel Triage:", log.kernel_triage.as_slice(), 1);
     if let Some(info) = &log.vm_region_info {
         let _ = writeln!(out, "VM Region Info: {info}\n");
     }
-    for t in &log.threads {
-        thread_header_macos(out, t);
-        frames(out, log, t, false);
-        out.push('\n');
-    }
-    if let Some(st) = &log.crashed_state {
-        out.push('\n');
-        registers(out, st);
-        out.push('\n');
-    }
-    if let Some(is) = &log.instruction_stream {
-        instruction_stream(out, is);
-    }
-    out.push_str("Binary Images:\n");
-    for im in &log.images {
-        image_line_macos(out, im);
-    }
+    threads_and_state(out, log, false, thread_header_macos);
+    binary_images(out, log, image_line_macos);
     out.push('\n');
     if let Some(m) = &log.ext_mods {
         out.push_str("External Modification Summary:\n");

@@ -28,6 +28,7 @@ pub fn symbolicate(log: &mut CrashLog, store: &mut SymbolStore) {
             }
         }
     }
+    let other_os = !log.flavor.is_host_os();
     let files: Vec<Option<Rc<DebugFile>>> = log
         .images
         .iter()
@@ -41,6 +42,7 @@ pub fn symbolicate(log: &mut CrashLog, store: &mut SymbolStore) {
                 path: im.path.clone(),
                 id: im.id.clone(),
                 arch: im.arch.clone(),
+                other_os,
             })
         })
         .collect();

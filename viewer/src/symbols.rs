@@ -31,6 +31,30 @@ pub const SYSTEM_DEBUG_DIR: &str = "/usr/lib/debug";
 /// Depth limit of the recursive directory search (guards against symlink loops).
 const MAX_DEPTH: usize = 24;
 
+/// Parses an image id written in hex, as reports, `.ips` files, crash text and command lines write it: a UUID with
+/// or without dashes (`82D13D98-219E-3040-B62A-07A297007A7C`, `178beeaf85dc35a7b02cb951eba169ce`; any case) gives
+/// [`ImageId::Uuid`]; any other even number of hex digits gives [`ImageId::BuildId`] (GNU build IDs are 20 bytes,
+/// but any length is kept). `None` for an empty string, an odd number of digits or a non-hex character.
+pub fn parse_image_id(text: &str) -> Option<ImageId> {
+    let digits = text.bytes().filter(|c| *c != b'-');
+    let mut bytes = Vec::with_capacity(text.len() / 2);
+    let mut high: Option<u8> = None;
+    for c in digits {
+        let v = (c as char).to_digit(16)? as u8;
+        match high.take() {
+            Some(h) => bytes.push(h << 4 | v),
+            None => high = Some(v),
+        }
+    }
+    if high.is_some() || bytes.is_empty() {
+        return None;
+    }
+    Some(match <[u8; 16]>::try_from(bytes.as_slice()) {
+        Ok(u) => ImageId::Uuid(u),
+        Err(_) => ImageId::BuildId(bytes),
+    })
+}
+
 /// One object inside a file: the whole file, or one slice of a universal (fat) Mach-O.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ObjectRef {
@@ -401,6 +425,10 @@ pub struct ImageQuery {
     pub id: Option<ImageId>,
     /// Architecture, when known.
     pub arch: Option<String>,
+    /// True when the image belongs to a report of another OS than the one this runs on (a macOS or iOS report
+    /// read on Linux, say): its path names a file of that other machine, so the file at the same path here (a
+    /// Linux `/bin/sleep` for a macOS `/bin/sleep`) is never looked at.
+    pub other_os: bool,
 }
 
 /// Finds debug files and caches them for the whole run.
@@ -573,7 +601,7 @@ impl SymbolStore {
                 }
             }
         }
-        if self.use_image_paths {
+        if self.use_image_paths && !q.other_os {
             if let Some(path) = q.path.as_deref().filter(|p| Path::new(p).is_file()) {
                 let idents = identify(Path::new(path));
                 let hit = idents.iter().find(|i| match &q.id {
@@ -630,5 +658,22 @@ impl SymbolStore {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_ids_in_every_written_form() {
+        let u = [0x82, 0xd1, 0x3d, 0x98, 0x21, 0x9e, 0x30, 0x40, 0xb6, 0x2a, 0x07, 0xa2, 0x97, 0x00, 0x7a, 0x7c];
+        assert_eq!(parse_image_id("82D13D98-219E-3040-B62A-07A297007A7C"), Some(ImageId::Uuid(u)));
+        assert_eq!(parse_image_id("82d13d98219e3040b62a07a297007a7c"), Some(ImageId::Uuid(u)));
+        assert_eq!(parse_image_id("abcdef0123"), Some(ImageId::BuildId(vec![0xab, 0xcd, 0xef, 0x01, 0x23])));
+        assert_eq!(parse_image_id(""), None);
+        assert_eq!(parse_image_id("abc"), None);
+        assert_eq!(parse_image_id("zz"), None);
+        assert_eq!(parse_image_id("é1"), None);
     }
 }

@@ -215,3 +215,103 @@ fn store_finds_thin_macho_by_uuid_and_universal_by_uuid_then_arch() {
     let f = store.load_path(&fixture("macos12-single-target/CrashingTest"), None, Some("x86_64")).unwrap();
     assert_eq!(f.identity.arch, "x86_64");
 }
+
+/// Every key path of a JSON value with its JSON type (`threads[].frames[].imageOffset: number`), array elements
+/// merged.
+fn key_types(v: &serde_json::Value, path: &str, out: &mut std::collections::BTreeMap<String, &'static str>) {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                let t = match x {
+                    Value::Null => "null",
+                    Value::Bool(_) => "bool",
+                    Value::Number(_) => "number",
+                    Value::String(_) => "string",
+                    Value::Array(_) => "array",
+                    Value::Object(_) => "object",
+                };
+                out.insert(p.clone(), t);
+                key_types(x, &p, out);
+            }
+        }
+        Value::Array(items) => {
+            for x in items {
+                key_types(x, &format!("{path}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn ips_parts(text: &str) -> (serde_json::Value, serde_json::Value) {
+    let (meta, body) = text.split_once('\n').unwrap();
+    (serde_json::from_str(meta).unwrap(), serde_json::from_str(body).unwrap())
+}
+
+#[test]
+fn ips_written_back_renders_like_apple_and_has_apples_keys_and_types() {
+    const FOLDERS: [&str; 2] = ["ios15-swift-assert", "macos12-single-target"];
+    // Apple's key set: every key path (and its type) of the real .ips files, metadata line and body apart.
+    let (mut apple_meta, mut apple_body) = (Default::default(), Default::default());
+    for folder in FOLDERS {
+        let original = std::fs::read_to_string(fixture(&format!("{folder}/report.ips"))).unwrap();
+        let (m, b) = ips_parts(&original);
+        key_types(&m, "", &mut apple_meta);
+        key_types(&b, "", &mut apple_body);
+    }
+    for folder in FOLDERS {
+        let original = std::fs::read_to_string(fixture(&format!("{folder}/report.ips"))).unwrap();
+        let mut loaded = viewer::load(original.as_bytes()).unwrap();
+        let ours = viewer::render_loaded(&mut loaded, Layout::Modern, Format::Ips, None);
+        // Round trip: our .ips of Apple's report, read back by our .ips path, prints Apple's translation.
+        let expected = std::fs::read_to_string(fixture(&format!("{folder}/apple-translation.crash"))).unwrap();
+        let mut again = viewer::load(ours.as_bytes()).unwrap();
+        assert_eq!(viewer::render_loaded(&mut again, Layout::Modern, Format::Text, None), expected, "{folder}");
+        // Every key we write is one Apple writes, with the same JSON type; the keys readers need are there.
+        let (our_meta, our_body) = ips_parts(&ours);
+        let this_apple = ips_parts(&original);
+        for (apple, our, this) in [(&apple_meta, our_meta, this_apple.0), (&apple_body, our_body, this_apple.1)] {
+            let (mut o, mut t) = (Default::default(), Default::default());
+            key_types(&our, "", &mut o);
+            key_types(&this, "", &mut t);
+            for (k, ty) in &o {
+                assert_eq!(apple.get(k), Some(ty), "{folder}: our key {k} ({ty}) is not Apple's");
+            }
+            for k in t.keys() {
+                // Data our model does not hold (see ips_write.rs): shared cache, trial and store info, absolute
+                // times, deployment version, termination flags, extMods warnings, symbols of register values.
+                let gap = [
+                    "sharedCache",
+                    "trialInfo",
+                    "storeInfo",
+                    "procStartAbsTime",
+                    "procExitAbsTime",
+                    "deployVersion",
+                    "termination.flags",
+                    "extMods.warnings",
+                ]
+                .iter()
+                .any(|g| k == g || k.starts_with(&format!("{g}.")))
+                    || (k.starts_with("threads[].threadState.")
+                        && [".symbol", ".symbolLocation", ".matchesCrashFrame"].iter().any(|s| k.ends_with(s)));
+                assert!(gap || o.contains_key(k), "{folder}: Apple's key {k} is not written");
+            }
+        }
+    }
+}
+
+#[test]
+fn symbolicated_ips_output_keeps_symbols_lines_and_inlined_frames() {
+    let folder = "ios15-swift-assert";
+    let ips = std::fs::read(fixture(&format!("{folder}/report.ips"))).unwrap();
+    let mut loaded = viewer::load(&ips).unwrap();
+    let mut store = SymbolStore::only(vec![fixture(folder)]);
+    let text = viewer::render_loaded(&mut loaded, Layout::Modern, Format::Text, Some(&mut store));
+    let ours = viewer::render_loaded(&mut loaded, Layout::Modern, Format::Ips, None);
+    assert!(ours.contains("\"inline\": true"), "inlined frames are marked");
+    assert!(ours.contains("\"sourceFile\": \"AppDelegate.swift\""), "source files are kept");
+    let mut again = viewer::load(ours.as_bytes()).unwrap();
+    assert_eq!(viewer::render_loaded(&mut again, Layout::Modern, Format::Text, None), text);
+}

@@ -112,6 +112,24 @@ fn atos_subcommand() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "-[MyClass crashingMethod] + 4 (main.m:21)\n");
+    // Addresses on standard input, one per line; a bad line is skipped with a message.
+    let mut child = bin()
+        .args(["atos", "-o"])
+        .arg(apple("ios15-swift-assert/iOSCrashingTest.app.dSYM"))
+        .args(["-l", "0x1007d4000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"0x1007da384\nnot-an-address\n\n0x1007da4bc\n2\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "main + 64 (AppDelegate.swift:9)\nspecialized static CrashClass.pleaseCrash() + 200 (<compiler-generated>:0)\n0x2\n"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 2"));
 }
 
 #[test]
@@ -123,6 +141,48 @@ fn help_snapshots() {
     insta::assert_snapshot!("help", help);
     let out = bin().args(["atos", "--help"]).output().unwrap();
     insta::assert_snapshot!("atos_help", String::from_utf8(out.stdout).unwrap());
+    let out = bin().args(["symbolicate", "--help"]).output().unwrap();
+    insta::assert_snapshot!("symbolicate_help", String::from_utf8(out.stdout).unwrap());
     let out = bin().args(["serve", "--help"]).output().unwrap();
     insta::assert_snapshot!("serve_help", String::from_utf8(out.stdout).unwrap());
+}
+
+#[test]
+fn symbolicate_subcommand_from_stdin_and_a_file() {
+    let crash = std::fs::read(apple("macos12-single-target/apple-translation.crash")).unwrap();
+    let dsym = apple("macos12-single-target/CrashingTest.dSYM");
+    let mut child = bin()
+        .args(["symbolicate", "--no-auto-symbols", "-s"])
+        .arg(&dsym)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&crash).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let expected = String::from_utf8(crash.clone())
+        .unwrap()
+        .replace("0x10e311e45 0x10e30e000 + 15941", "0x10e311e45 -[MyClass crashingMethod] + 4 (main.m:21)")
+        .replace("0x10e311e80 0x10e30e000 + 16000", "0x10e311e80 main + 46 (main.m:28)");
+    assert_eq!(text, expected);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("2 of 2 unsymbolicated frames symbolicated"));
+
+    // A file, written with -o; an .ips given to symbolicate is rendered like `viewer render` does.
+    let dir = tempfile::tempdir().unwrap();
+    let o = dir.path().join("out.crash");
+    let st = bin()
+        .args(["symbolicate", "--no-auto-symbols", "-s"])
+        .arg(&dsym)
+        .arg(apple("macos12-single-target/report.ips"))
+        .arg("-o")
+        .arg(&o)
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(0));
+    assert!(std::fs::read_to_string(&o).unwrap().contains("0x10e311e45 -[MyClass crashingMethod] + 4 (main.m:21)\n"));
+    // Unreadable input: 1.
+    assert_eq!(bin().args(["symbolicate"]).arg(dir.path().join("nope")).status().unwrap().code(), Some(1));
 }

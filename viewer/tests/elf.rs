@@ -196,4 +196,23 @@ fn image_found_at_its_own_path_when_it_exists_here() {
     // `only` disables the automatic lookup.
     let (text, _) = render(&bytes, &mut SymbolStore::only(vec![]));
     assert!(!text.contains(" leaf + 0"), "{text}");
+
+    // A macOS or iOS report's image path names a file of that Mac or phone: the file at the same path on this
+    // Linux host is never read, with or without an id (the id-less case would otherwise match by architecture).
+    for os in ["macOS", "iPhone OS"] {
+        for id in [Some(ImageId::BuildId(build_id(&prog))), None] {
+            let mut apple = r.clone();
+            apple.meta.as_mut().unwrap().os.name = Some(os.into());
+            apple.images[0].id = id.clone();
+            let bytes = report_format::owned::to_bytes(&apple).unwrap();
+            let (text, notes) = render(&bytes, &mut SymbolStore::new(vec![]));
+            assert!(!text.contains(" leaf + 0"), "{os} {id:?}: {text}");
+            assert!(notes.is_empty(), "{notes:?}");
+            // Given explicitly as a search path, the same file is used (matched by id).
+            if id.is_some() {
+                let (text, _) = render(&bytes, &mut SymbolStore::new(vec![prog.clone()]));
+                assert!(text.contains(" leaf + 0 (prog.c:5)"), "{text}");
+            }
+        }
+    }
 }

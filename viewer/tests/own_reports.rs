@@ -149,6 +149,53 @@ fn modern_ios_rendering_snapshot() {
     insta::assert_snapshot!("ios_modern", text);
 }
 
+/// The ios report with three threads where the crashed one is task index 2 and its THREAD section is written first,
+/// as the handler writes it (SCHEMA.md §3).
+fn crashed_third_written_first() -> Report {
+    let mut r = ios_report();
+    let mut crashed = r.threads.remove(0);
+    crashed.index = 2;
+    crashed.queue = None;
+    crashed.name = Some("crasher".into());
+    let main = Thread {
+        index: 0,
+        id: Some(207700),
+        queue: Some("com.apple.main-thread".into()),
+        frames: vec![0x1a8e93000],
+        ..Thread::default()
+    };
+    let worker = r.threads.remove(0);
+    r.threads = vec![crashed, main, worker];
+    r.exception.as_mut().unwrap().crashed_thread = Some(2);
+    r.meta.as_mut().unwrap().thread_count = Some(3);
+    r
+}
+
+#[test]
+fn threads_are_numbered_and_printed_in_task_order_with_the_crashed_one_marked() {
+    let report = crashed_third_written_first();
+    let bytes = report_format::owned::to_bytes(&report).unwrap();
+    let mut loaded = viewer::load(&bytes).unwrap();
+    let text = viewer::render_loaded(&mut loaded, Layout::Modern, Format::Text, None);
+    assert!(text.contains("\nTriggered by Thread:  2\n"), "{text}");
+    let t0 = text.find("Thread 0 name:   Dispatch queue: com.apple.main-thread\nThread 0:\n").expect("thread 0");
+    let t1 = text.find("Thread 1 name:  worker\nThread 1:\n").expect("thread 1");
+    let t2 = text.find("Thread 2 name:  crasher\nThread 2 Crashed:\n0   iOSCrashingTest").expect("thread 2");
+    assert!(t0 < t1 && t1 < t2, "threads out of task order:\n{text}");
+    assert!(text.contains("\nThread 2 crashed with ARM Thread State (64-bit):\n"));
+    assert!(!text.contains("Thread 0 Crashed"));
+    // A model handed over unsorted (not through the decoder) is printed in index order too.
+    let direct = viewer::render_report(&report, &[]);
+    assert_eq!(direct, text);
+    // macOS: `Crashed Thread:` names the task index and the thread's name.
+    let mut mac = report.clone();
+    mac.meta.as_mut().unwrap().os.name = Some("macOS".into());
+    let text = viewer::render_report(&mac, &[]);
+    assert!(text.contains("\nCrashed Thread:        2 crasher\n"), "{text}");
+    let (a, b) = (text.find("\nThread 0::").unwrap(), text.find("\nThread 2 Crashed:: crasher\n").unwrap());
+    assert!(a < b);
+}
+
 #[test]
 fn legacy_rendering_snapshot() {
     let text = render(&ios_report(), Layout::Legacy, Format::Text);
@@ -268,4 +315,38 @@ proptest! {
         }
         all_renderings(&bytes);
     }
+}
+
+#[test]
+fn ips_output_round_trips_through_our_ips_reader() {
+    let mut mac = ios_report();
+    mac.meta.as_mut().unwrap().os = Os { name: Some("macOS".into()), version: Some("14.5".into()), build: None };
+    for (what, report) in [
+        ("ios", ios_report()),
+        ("linux", linux_report()),
+        ("macos", mac),
+        ("crashed third", crashed_third_written_first()),
+    ] {
+        let ips = render(&report, Layout::Modern, Format::Ips);
+        let (meta, body) = ips.split_once('\n').unwrap();
+        assert!(!meta.contains('\n'));
+        let meta: serde_json::Value = serde_json::from_str(meta).unwrap();
+        assert_eq!(meta["bug_type"], "309", "{what}");
+        let body: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert!(body["usedImages"].is_array() && body["threads"].is_array() && body["exception"].is_object());
+        for layout in [Layout::Modern, Layout::Legacy] {
+            let mut back = viewer::load(ips.as_bytes()).unwrap();
+            assert!(matches!(back, viewer::Loaded::Ips(_)), "{what}");
+            let text = viewer::render_loaded(&mut back, layout, Format::Text, None);
+            assert_eq!(text, render(&report, layout, Format::Text), "{what} {layout:?}");
+        }
+    }
+    // The ios report's Application Specific Information lands in `asi`, the crashed thread's registers in
+    // `threadState`, the image UUID dashed.
+    let ips = render(&ios_report(), Layout::Modern, Format::Ips);
+    let body: serde_json::Value = serde_json::from_str(ips.split_once('\n').unwrap().1).unwrap();
+    assert_eq!(body["asi"]["iOSCrashingTest"][0], "Fatal error: boom");
+    assert_eq!(body["threads"][0]["threadState"]["esr"]["value"], 0x92000006u64);
+    assert_eq!(body["usedImages"][0]["uuid"], "82d13d98-219e-3040-b62a-07a297007a7c");
+    assert_eq!(body["faultingThread"], 0);
 }
