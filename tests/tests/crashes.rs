@@ -168,6 +168,13 @@ fn check_in(e: &Expect, base: &Path) -> Checked {
     let fault_tid: u64 = run.out_value("FAULT_TID").expect("client printed its tid").parse().expect("tid");
     let crashed = r.crashed_thread().expect("crashed thread");
     assert!(crashed.crashed);
+    // Apple's numbering: threads in the task's order, the main thread (tid = pid) first, the crashed thread at its
+    // own place (it is written first, but not numbered first).
+    assert_eq!(exc.crashed_thread, Some(crashed.index), "{ctx}");
+    let pid = meta.process.pid.map(u64::from);
+    if let Some(main) = r.threads.iter().find(|t| t.id.is_some() && t.id == pid) {
+        assert_eq!(main.index, 0, "the main thread is Thread 0; {ctx}");
+    }
     if !TWO_FAULTERS.contains(&e.trigger) {
         assert_eq!(run.count("handler_tid"), Some(fault_tid), "{ctx}");
         assert_eq!(crashed.id, Some(fault_tid), "{ctx}");

@@ -696,23 +696,39 @@ impl Backend for Owner {
 
     fn stop_threads(&mut self, table: &ThreadTable, rec: &mut CrashRecord) -> &'static [u8] {
         let (st, pid, own) = (self.st, self.pid, rec.tid);
-        if let Some((_, mut w)) = table.add_owned(own) {
-            let d = w.data();
-            *d = SlotData::EMPTY;
-            d.regs = rec.regs;
-            d.crashed = true;
-            own_name(d);
-            w.publish(CAPTURED);
-        }
+        // The crashed thread takes its place in the task's order (`/proc/self/task` lists the main thread first,
+        // then the others by creation), which is Apple's thread numbering too; one slot stays reserved for it
+        // until it is reached, so a full table never loses it.
+        let add_own = |table: &ThreadTable| {
+            if let Some((_, mut w)) = table.add_owned(own) {
+                let d = w.data();
+                *d = SlotData::EMPTY;
+                d.regs = rec.regs;
+                d.crashed = true;
+                own_name(d);
+                w.publish(CAPTURED);
+            }
+        };
+        let mut own_added = false;
         let mut overflow = 0usize;
         // SAFETY: owner-only buffer.
         let dirents = unsafe { st.dirents.get() };
         let enumerated = tasks::for_each_thread(dirents, &mut |t| {
-            if t != own && table.add_pending(t).is_none() {
+            if t == own {
+                if !own_added {
+                    add_own(table);
+                    own_added = true;
+                }
+            } else if (!own_added && table.len().saturating_add(1) >= table.capacity())
+                || table.add_pending(t).is_none()
+            {
                 overflow = overflow.saturating_add(1);
             }
         })
         .is_ok();
+        if !own_added {
+            add_own(table);
+        }
         table.publish();
         hooks::call(CrashEvent::ThreadsListed, own);
         stop_pending(st, pid, 0);
