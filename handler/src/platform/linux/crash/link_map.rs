@@ -272,6 +272,19 @@ impl<M: MemoryReader> Walker<'_, M> {
         None
     }
 
+    /// The install snapshot's entry for the node (`bias` = `l_addr`, named `name`) when it is the same object: a
+    /// named object whose ELF header is at its load bias (every shared library), with the same bias and path.
+    /// (A file replaced on disk and loaded again at the same address under the same name would keep its old
+    /// build id; nothing else matches by mistake.)
+    fn known(&self, bias: u64, name: &[u8]) -> Option<usize> {
+        if name.is_empty() {
+            return None;
+        }
+        let i = self.hint.find(bias)?;
+        let e = self.hint.entry(i)?;
+        (e.load_address == bias && e.bias as u64 == bias && self.hint.path(i) == name).then_some(i)
+    }
+
     /// The first GNU build id in the object's `PT_NOTE` segments, copied into `out`; the id's length.
     fn build_id(&mut self, t: PhdrTable, bias: u64, out: &mut [u8; crate::crash::images::MAX_ID_LEN]) -> usize {
         let mut notes = [0u8; NOTE_BYTES];
@@ -296,6 +309,19 @@ impl<M: MemoryReader> Walker<'_, M> {
         }
         0
     }
+}
+
+/// Appends `rec` to `out`: `Err(Cycle)` when its load address is already there (a cycle in the list), `Err(Full)`
+/// when the list (entries or path bytes) is full.
+fn add(out: &mut ImageList, rec: &ImageRecord<'_>) -> Result<(), WalkEnd> {
+    if (0..out.len()).any(|i| out.entry(i).is_some_and(|e| e.load_address == rec.load_address)) {
+        return Err(WalkEnd::Cycle);
+    }
+    if out.len() >= out.capacity() || !out.push_record(rec) {
+        // Out of entries, or of path bytes (then the entries are full in all but name).
+        return Err(WalkEnd::Full);
+    }
+    Ok(())
 }
 
 /// Reads the loader's link map into `out` (cleared first). `exe_path` names the main executable (its link-map
@@ -359,6 +385,20 @@ pub fn walk<M: MemoryReader>(
                 return o;
             };
             let is_first = core::mem::replace(&mut first, false);
+            let name: &[u8] =
+                if name_ptr == 0 { b"" } else { read_c_str(w.mem, name_ptr, &mut name_buf).unwrap_or(b"") };
+            // An object the install snapshot already holds (same path, same load bias, header at the bias) is
+            // copied from it: reading its headers and notes again would cost two or three page reads per
+            // object, hundreds per crash.
+            if let Some(rec) = w.known(bias, name).and_then(|i| w.hint.record(i)) {
+                if let Err(end) = add(out, &rec) {
+                    o.end = end;
+                    return o;
+                }
+                o.images = o.images.saturating_add(1);
+                node = next;
+                continue;
+            }
             match w.locate(bias, ld) {
                 None => o.skipped = o.skipped.saturating_add(1),
                 Some((t, s, is_main)) => {
@@ -367,22 +407,12 @@ pub fn walk<M: MemoryReader>(
                         node = next;
                         continue;
                     };
-                    if (0..out.len()).any(|i| out.entry(i).is_some_and(|e| e.load_address == load)) {
-                        o.end = WalkEnd::Cycle;
-                        return o;
-                    }
-                    if out.len() >= out.capacity() {
-                        o.end = WalkEnd::Full;
-                        return o;
-                    }
-                    let name: &[u8] =
-                        if name_ptr == 0 { b"" } else { read_c_str(w.mem, name_ptr, &mut name_buf).unwrap_or(b"") };
                     // The install snapshot names the first object `exe_path` when its name is empty; the main
                     // executable is also recognized by its dynamic section (musl names it after argv[0]).
                     let path = if is_main || (is_first && name.is_empty()) { w.exe_path } else { name };
                     let mut id = [0u8; crate::crash::images::MAX_ID_LEN];
                     let id_len = w.build_id(t, bias, &mut id);
-                    let pushed = out.push_record(&ImageRecord {
+                    let rec = ImageRecord {
                         path,
                         load_address: load,
                         size,
@@ -391,10 +421,9 @@ pub fn walk<M: MemoryReader>(
                         id_kind: ID_KIND_BUILD_ID,
                         unwind: s.unwind(),
                         ..ImageRecord::default()
-                    });
-                    if !pushed {
-                        // Out of path bytes: the entries are full in all but name.
-                        o.end = WalkEnd::Full;
+                    };
+                    if let Err(end) = add(out, &rec) {
+                        o.end = end;
                         return o;
                     }
                     o.images = o.images.saturating_add(1);
@@ -897,7 +926,9 @@ mod tests {
         let (mut m, src) = process();
         m.unmap(NODES + 0x2000);
         let mut snap = list(4);
-        assert!(snap.push(b"/lib/libfoo.so.1", 0x7f00_0000_0000, 0x2000, 0x7f00_0000_0000, &[]));
+        // At libfoo's address, an object the snapshot knows under another name (so it is not copied from the
+        // snapshot, see the next test): the link map's entry replaces it.
+        assert!(snap.push(b"/lib/libfoo-renamed.so.1", 0x7f00_0000_0000, 0x2000, 0x7f00_0000_0000, &[]));
         assert!(snap.push(b"/lib/libold.so", 0x7a00_0000_0000, 0x1000, 0x7a00_0000_0000, &[1]));
         let ci = CrashImages::new(src, b"/bin/app", list(8));
         // SAFETY: single-threaded use.
@@ -906,6 +937,27 @@ mod tests {
         let paths: Vec<_> = (0..l.len()).map(|i| l.path(i).to_vec()).collect();
         assert_eq!(paths, [&b"/bin/app"[..], b"/lib/libfoo.so.1", b"/lib/libold.so"]);
         assert_eq!(l.build_id(1), &[0xbb; 20], "the link map's entry wins");
+    }
+
+    /// An object the install snapshot holds under the same path and load bias is copied from it: its headers and
+    /// notes are not read again (here they are unmapped, and the snapshot's build id is what the list gets).
+    #[test]
+    fn objects_in_the_snapshot_are_copied_without_reading_their_headers() {
+        let (mut m, src) = process();
+        m.unmap(0x7f00_0000_0000);
+        let mut snap = list(4);
+        assert!(snap.push(b"/lib/libfoo.so.1", 0x7f00_0000_0000, 0x2000, 0x7f00_0000_0000, &[7; 20]));
+        let mut out = list(8);
+        let o = walk(&src, b"/bin/app", &snap, &mut m, &mut out);
+        assert_eq!(o.skipped, 0, "{o:?}");
+        let i = (0..out.len()).find(|&i| out.path(i) == b"/lib/libfoo.so.1").expect("libfoo in the list");
+        assert_eq!(out.build_id(i), &[7; 20]);
+        assert_eq!(out.entry(i).map(|e| (e.load_address, e.size)), Some((0x7f00_0000_0000, 0x2000)));
+        // Without the snapshot the unmapped object cannot be read, and is skipped.
+        let mut out = list(8);
+        let o = walk(&src, b"/bin/app", &list(1), &mut m, &mut out);
+        assert_eq!(o.skipped, 1, "{o:?}");
+        assert!(!(0..out.len()).any(|i| out.path(i) == b"/lib/libfoo.so.1"));
     }
 
     #[test]
