@@ -12,6 +12,14 @@ use report_format::encode::{Encoder, Exception, Image, KeyValue, Message, Meta, 
 use report_format::regs::{X86_64, X86_64_NAMES};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (major, minor) = (report_format::framing::FORMAT_MAJOR, report_format::framing::FORMAT_MINOR);
+    if major != 1 {
+        return Err(format!(
+            "the encoder now writes format {major}.{minor}: this example only records how the committed format-1.1 \
+             fixture was made, and refuses to overwrite it"
+        )
+        .into());
+    }
     let out_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report-v1.1.crashreport");
     let mut scratch = vec![0u8; 64 << 10];
     let mut enc = Encoder::begin(Vec::new(), &mut scratch).map_err(|e| format!("{e:?}"))?;
@@ -72,6 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         frames_truncated: false,
         repeats: &[Repeat { start: 1, len: 2, count: 40 }],
         trust: &[1, 2, 2, 3, 4],
+        images: None,
     }))?;
     let worker_regs = [None, None, None, None, None, None, Some(0x7f3a_0fff_fe40), Some(0x7f3a_0fff_fe00)];
     run(enc.thread(&Thread {

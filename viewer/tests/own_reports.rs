@@ -88,6 +88,7 @@ pub fn ios_report() -> Report {
                     0x82, 0xd1, 0x3d, 0x98, 0x21, 0x9e, 0x30, 0x40, 0xb6, 0x2a, 0x07, 0xa2, 0x97, 0x00, 0x7a, 0x7c,
                 ])),
                 arch: None,
+                name_only: false,
             },
             Image {
                 index: 1,
@@ -98,6 +99,7 @@ pub fn ios_report() -> Report {
                 slide: None,
                 id: Some(ImageId::Uuid([0x51; 16])),
                 arch: Some("arm64e".into()),
+                name_only: false,
             },
         ],
         messages: vec![Message { source: Some("libswiftCore.dylib".into()), text: "Fatal error: boom".into() }],
