@@ -352,3 +352,20 @@ fn ips_output_round_trips_through_our_ips_reader() {
     assert_eq!(body["usedImages"][0]["uuid"], "82d13d98-219e-3040-b62a-07a297007a7c");
     assert_eq!(body["faultingThread"], 0);
 }
+
+/// Format 2.0 keeps images nothing points into by path only (`Image::name_only`): Binary Images lists only the
+/// images with a load address, and the frames still resolve to theirs.
+#[test]
+fn name_only_images_are_not_binary_images() {
+    let mut r = ios_report();
+    r.images.push(Image {
+        index: 2,
+        name: "libunused.dylib".into(),
+        path: Some("/usr/lib/libunused.dylib".into()),
+        name_only: true,
+        ..Image::default()
+    });
+    let text = render(&r, Layout::Modern, Format::Text);
+    assert!(!text.contains("libunused"), "{text}");
+    assert_eq!(text, render(&ios_report(), Layout::Modern, Format::Text));
+}
