@@ -174,7 +174,7 @@ fn put(dst: &mut [u8], at: usize, src: &[u8]) {
 pub struct SectionHeader {
     /// What the section holds.
     pub kind: SectionKind,
-    /// Reserved flags; 0 in version 1.
+    /// Reserved flags; 0 in versions 1 and 2.
     pub flags: u16,
     /// Payload length in bytes.
     pub len: u32,
