@@ -217,7 +217,8 @@ pub(crate) fn image_list(config: &crate::config::Config) -> Result<crate::crash:
 }
 
 /// The report writer's buffers: [`SCRATCH_BYTES`] + [`WRITE_BUF_BYTES`] bytes, `config.max_frames` frames and
-/// trust bytes, [`REPEATS`] repeat records, one [`crate::unwind::RuleCache`] (62 KiB).
+/// trust bytes, [`REPEATS`] repeat records, one [`crate::unwind::RuleCache`] (62 KiB), and a bitset of
+/// `config.max_images` bits (the images a frame or a crashed-thread register points into).
 ///
 /// # Errors
 /// [`InstallError::OutOfMemory`].
@@ -230,5 +231,6 @@ pub(crate) fn writer_buffers(config: &crate::config::Config) -> Result<crate::cr
         trust: RawBuf::new(leak_slice(config.max_frames, 0u8)?),
         repeats: RawBuf::new(leak_slice(REPEATS, crate::unwind::Repeat::default())?),
         rules: RawBuf::new(leak_slice(1, crate::unwind::RuleCache::EMPTY)?),
+        used_images: RawBuf::new(leak_slice(config.max_images.div_ceil(64).max(1), 0u64)?),
     })
 }

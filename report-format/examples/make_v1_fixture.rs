@@ -12,6 +12,14 @@ use report_format::encode::{
 use report_format::regs::{index_of, ARM64, ARM64_NAMES};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (major, minor) = (report_format::framing::FORMAT_MAJOR, report_format::framing::FORMAT_MINOR);
+    if major != 1 {
+        return Err(format!(
+            "the encoder now writes format {major}.{minor}: this example only records how the committed format-1.0 \
+             fixture was made, and refuses to overwrite it"
+        )
+        .into());
+    }
     let out_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report-v1.0.crashreport");
     let mut scratch = vec![0u8; 64 << 10];
     let mut enc = Encoder::begin(Vec::new(), &mut scratch).map_err(|e| format!("{e:?}"))?;
@@ -69,6 +77,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         frames_truncated: false,
         repeats: &[Repeat { start: 1, len: 2, count: 3 }],
         trust: &[],
+        images: None,
     }))?;
     run(enc.thread(&Thread {
         index: 1,

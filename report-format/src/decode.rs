@@ -123,6 +123,18 @@ pub enum ProblemKind {
         /// One past the last missing index.
         to: u32,
     },
+    /// A frame written relative to an image (format 2.0, SCHEMA.md §4.3.2) whose image has no intact IMAGES
+    /// entry with a load address; the frame's address is given as 0 (unknown).
+    FrameImageMissing {
+        /// Index of the thread.
+        thread: u32,
+        /// Index of the frame in the thread's stored frames.
+        frame: u32,
+        /// List index of the missing image.
+        image: u64,
+        /// The frame's offset from that image's load address.
+        offset: u64,
+    },
 }
 
 impl fmt::Display for Problem {
@@ -163,6 +175,11 @@ impl fmt::Display for Problem {
                     write!(f, "images {from}..{} are missing", to - 1)
                 }
             }
+            ProblemKind::FrameImageMissing { thread, frame, image, offset } => write!(
+                f,
+                "thread {thread} frame {frame}: image {image} is missing (offset {offset:#x} from its load address); \
+                 address unknown"
+            ),
         }
     }
 }
@@ -330,7 +347,7 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, DecodeError> {
             }
             break;
         }
-        match st.take(h.kind, payload) {
+        match st.take(h.kind, payload, pos) {
             Ok(Taken::Stored) => {}
             Ok(Taken::Unknown) => info.status = SectionStatus::Unknown,
             Ok(Taken::Duplicate) => {
@@ -381,18 +398,38 @@ enum Taken {
     Duplicate,
 }
 
+/// One frame of a THREAD `fr` list (SCHEMA.md §4.3.2) before its image is known.
+#[derive(Clone, Copy, Debug)]
+struct RelFrame {
+    /// Image list index + 1; 0: `value` is an absolute address.
+    image: u64,
+    /// Trust byte, 0..=7.
+    trust: u8,
+    /// Offset from the image's load address, or the absolute address.
+    value: u64,
+}
+
+/// A thread's relative frames, resolved once every section is read.
+struct PendingFrames {
+    thread: u32,
+    offset: usize,
+    frames: Vec<RelFrame>,
+}
+
 #[derive(Default)]
 struct State {
     meta: Option<Meta>,
     exception: Option<Exception>,
     threads: BTreeMap<u32, Thread>,
+    pending: Vec<PendingFrames>,
     image_chunks: BTreeMap<u32, Vec<Image>>,
+    name_chunks: BTreeMap<u32, Vec<Image>>,
     messages: Option<Vec<Message>>,
     user: Option<BTreeMap<String, String>>,
 }
 
 impl State {
-    fn take(&mut self, kind: SectionKind, payload: &[u8]) -> Result<Taken, String> {
+    fn take(&mut self, kind: SectionKind, payload: &[u8], offset: usize) -> Result<Taken, String> {
         fn de<'a, T: Deserialize<'a>>(p: &'a [u8]) -> Result<T, String> {
             rmp_serde::from_slice(p).map_err(|e| e.to_string())
         }
@@ -416,7 +453,10 @@ impl State {
                 if self.threads.contains_key(&t.i) {
                     return Ok(Taken::Duplicate);
                 }
-                let t = t.into_model();
+                let (t, rel) = t.into_model()?;
+                if let Some(frames) = rel {
+                    self.pending.push(PendingFrames { thread: t.index, offset, frames });
+                }
                 self.threads.insert(t.index, t);
             }
             SectionKind::Images => {
@@ -425,12 +465,24 @@ impl State {
                     return Ok(Taken::Duplicate);
                 }
                 let first = c.i;
+                // 2.0 images carry their index (`x`); 1.x ones are consecutive from the section's first index.
                 let imgs =
                     c.l.into_iter()
                         .enumerate()
-                        .map(|(k, w)| w.into_model(first.saturating_add(u32::try_from(k).unwrap_or(u32::MAX))))
+                        .map(|(k, w)| {
+                            let index = w.x.unwrap_or(first.saturating_add(u32::try_from(k).unwrap_or(u32::MAX)));
+                            w.into_model(index)
+                        })
                         .collect();
                 self.image_chunks.insert(first, imgs);
+            }
+            SectionKind::ImageNames => {
+                let c: WImageNames = de(payload)?;
+                if self.name_chunks.contains_key(&c.i) {
+                    return Ok(Taken::Duplicate);
+                }
+                let imgs = parse_image_names(c.i, &c.l.0, payload.len())?;
+                self.name_chunks.insert(c.i, imgs);
             }
             SectionKind::Messages => {
                 let m: WMessages = de(payload)?;
@@ -457,16 +509,50 @@ impl State {
         let (thread_count, image_count) = counts(self.meta.as_ref());
         r.meta = self.meta;
         r.exception = self.exception;
-        r.threads = self.threads.into_values().collect();
-        let mut images: Vec<Image> = Vec::new();
-        for (_, chunk) in self.image_chunks {
-            for img in chunk {
-                if images.last().is_none_or(|l| l.index < img.index) {
-                    images.push(img);
-                }
-            }
+        // Full images first, then names-only entries for indices no full image has (the first of a kind wins).
+        let mut images: BTreeMap<u32, Image> = BTreeMap::new();
+        for img in self.image_chunks.into_values().chain(self.name_chunks.into_values()).flatten() {
+            images.entry(img.index).or_insert(img);
         }
-        r.images = images;
+        let mut threads = self.threads;
+        for p in self.pending {
+            let Some(t) = threads.get_mut(&p.thread) else { continue };
+            let mut frames = Vec::with_capacity(p.frames.len());
+            let mut trust = Vec::with_capacity(p.frames.len());
+            for (k, f) in p.frames.iter().enumerate() {
+                let address = if f.image == 0 {
+                    f.value
+                } else {
+                    let img = u32::try_from(f.image - 1).ok().and_then(|i| images.get(&i)).filter(|i| !i.name_only);
+                    match img {
+                        Some(img) => img.load_address.wrapping_add(f.value),
+                        None => {
+                            out.problems.push(Problem {
+                                offset: p.offset,
+                                section: Some(SectionKind::Thread),
+                                kind: ProblemKind::FrameImageMissing {
+                                    thread: p.thread,
+                                    frame: u32::try_from(k).unwrap_or(u32::MAX),
+                                    image: f.image - 1,
+                                    offset: f.value,
+                                },
+                            });
+                            0
+                        }
+                    }
+                };
+                frames.push(address);
+                trust.push(FrameTrust::from_byte(f.trust));
+            }
+            // Trailing unknowns say nothing (model: "shorter when only the first frames say").
+            while trust.last() == Some(&FrameTrust::Unknown) {
+                trust.pop();
+            }
+            t.frames = frames;
+            t.frame_trust = trust;
+        }
+        r.threads = threads.into_values().collect();
+        r.images = images.into_values().collect();
         r.messages = self.messages.unwrap_or_default();
         r.user = self.user.unwrap_or_default();
         if let Some(n) = thread_count {
@@ -500,6 +586,94 @@ impl State {
                     section: Some(SectionKind::Images),
                     kind: ProblemKind::MissingImages { from, to },
                 });
+            }
+        }
+    }
+}
+
+/// Reads one unsigned LEB128 number at `*at` (SCHEMA.md §4.3.2), advancing `*at`.
+fn leb128(b: &[u8], at: &mut usize) -> Result<u64, String> {
+    let mut v = 0u64;
+    let mut shift = 0u32;
+    loop {
+        let byte = *b.get(*at).ok_or_else(|| format!("LEB128 number cut off at byte {at}"))?;
+        *at += 1;
+        if shift == 63 && byte > 1 {
+            return Err(format!("LEB128 number over 64 bits at byte {}", *at - 1));
+        }
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok(v);
+        }
+        shift += 7;
+        if shift > 63 {
+            return Err(format!("LEB128 number over 64 bits at byte {}", *at - 1));
+        }
+    }
+}
+
+/// The frames of a THREAD `fr` bin (SCHEMA.md §4.3.2).
+fn parse_frames(b: &[u8]) -> Result<Vec<RelFrame>, String> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while at < b.len() {
+        let tag = leb128(b, &mut at).map_err(|e| format!("fr: {e}"))?;
+        let value = leb128(b, &mut at).map_err(|e| format!("fr: {e}"))?;
+        out.push(RelFrame { image: tag >> 3, trust: (tag & 7) as u8, value });
+    }
+    Ok(out)
+}
+
+/// The entries of an IMAGE NAMES `l` bin (SCHEMA.md §4.4.1), the first at index `first` or after. The paths it
+/// expands to may total at most 64 times the payload plus 64 KiB (front coding of real paths expands far less), so
+/// a hostile section cannot make the reader allocate without bound.
+fn parse_image_names(first: u32, b: &[u8], payload_len: usize) -> Result<Vec<Image>, String> {
+    let budget = payload_len.saturating_mul(64).saturating_add(64 << 10);
+    let mut spent = 0usize;
+    let mut out = Vec::new();
+    let mut next = u64::from(first);
+    let mut prev: Vec<u8> = Vec::new();
+    let mut at = 0usize;
+    while at < b.len() {
+        let skip = leb128(b, &mut at).map_err(|e| format!("l: {e}"))?;
+        let shared = leb128(b, &mut at).map_err(|e| format!("l: {e}"))?;
+        let len = leb128(b, &mut at).map_err(|e| format!("l: {e}"))?;
+        let index = next.checked_add(skip).and_then(|i| u32::try_from(i).ok()).ok_or("l: image index over 2^32")?;
+        let shared = usize::try_from(shared).ok().filter(|s| *s <= prev.len());
+        let shared = shared.ok_or_else(|| format!("l: entry for image {index} shares more than the previous path"))?;
+        let end = usize::try_from(len).ok().and_then(|l| at.checked_add(l)).filter(|e| *e <= b.len());
+        let end = end.ok_or_else(|| format!("l: entry for image {index} runs past the end"))?;
+        spent = spent.saturating_add(shared).saturating_add(end - at);
+        if spent > budget {
+            return Err("l: the paths expand to more than 64 times the section".into());
+        }
+        prev.truncate(shared);
+        prev.extend_from_slice(&b[at..end]);
+        at = end;
+        let path = (!prev.is_empty()).then(|| text_lossy(&prev));
+        let name =
+            path.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p).to_owned()).unwrap_or_else(|| "???".into());
+        out.push(Image { index, name, path, name_only: true, ..Image::default() });
+        next = u64::from(index) + 1;
+    }
+    Ok(out)
+}
+
+/// Bytes as text, each byte of an invalid UTF-8 sequence replaced by `?` (the encoder's rule, SCHEMA.md §1).
+fn text_lossy(mut rest: &[u8]) -> String {
+    let mut s = String::with_capacity(rest.len());
+    loop {
+        match std::str::from_utf8(rest) {
+            Ok(ok) => {
+                s.push_str(ok);
+                return s;
+            }
+            Err(e) => {
+                let good = e.valid_up_to();
+                let bad = e.error_len().unwrap_or(rest.len() - good);
+                s.push_str(std::str::from_utf8(&rest[..good]).unwrap_or_default());
+                s.extend(std::iter::repeat_n('?', bad));
+                rest = &rest[good + bad..];
             }
         }
     }
@@ -660,6 +834,7 @@ struct WThread {
     r: Vec<Option<u64>>,
     f: Vec<u64>,
     tr: Bytes,
+    fr: Bytes,
     ft: bool,
     rep: Vec<(u32, u32, u32)>,
 }
@@ -678,6 +853,7 @@ impl Default for WThread {
             r: Vec::new(),
             f: Vec::new(),
             tr: Bytes(Vec::new()),
+            fr: Bytes(Vec::new()),
             ft: false,
             rep: Vec::new(),
         }
@@ -685,7 +861,10 @@ impl Default for WThread {
 }
 
 impl WThread {
-    fn into_model(self) -> Thread {
+    /// The thread, and its 2.0 relative frames (`fr`) to resolve once the images are known; 1.x frames (`f`,
+    /// `tr`) are final here.
+    fn into_model(self) -> Result<(Thread, Option<Vec<RelFrame>>), String> {
+        let rel = if self.fr.0.is_empty() { None } else { Some(parse_frames(&self.fr.0)?) };
         let names = self.rs.as_deref().and_then(regs::names).unwrap_or(&[]);
         let registers = self
             .r
@@ -697,7 +876,7 @@ impl WThread {
                 Some(Register { name, value })
             })
             .collect();
-        Thread {
+        let t = Thread {
             index: self.i,
             id: self.id,
             name: self.n,
@@ -711,13 +890,15 @@ impl WThread {
             frames: self.f,
             frames_truncated: self.ft,
             repeats: self.rep.into_iter().map(|(start, len, count)| Repeat { start, len, count }).collect(),
-        }
+        };
+        Ok((t, rel))
     }
 }
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct WImage {
+    x: Option<u32>,
     p: Option<String>,
     n: Option<String>,
     b: u64,
@@ -743,7 +924,17 @@ impl WImage {
             }
             _ => Some(ImageId::BuildId(self.id.0)),
         };
-        Image { index, name, path: self.p, load_address: self.b, size: self.s, slide: self.sl, id, arch: self.a }
+        Image {
+            index,
+            name,
+            path: self.p,
+            load_address: self.b,
+            size: self.s,
+            slide: self.sl,
+            id,
+            arch: self.a,
+            name_only: false,
+        }
     }
 }
 
@@ -752,6 +943,13 @@ impl WImage {
 struct WImages {
     i: u32,
     l: Vec<WImage>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WImageNames {
+    i: u32,
+    l: Bytes,
 }
 
 #[derive(Deserialize, Default)]
@@ -817,7 +1015,7 @@ mod tests {
 
     #[test]
     fn wire_structs_read_exactly_the_keys() {
-        let wire: [(&str, &[&str]); 11] = [
+        let wire: [(&str, &[&str]); 12] = [
             ("META", wire_keys::<WMeta>()),
             ("OS map", wire_keys::<WOs>()),
             ("Process map", wire_keys::<WProcess>()),
@@ -825,6 +1023,7 @@ mod tests {
             ("THREAD", wire_keys::<WThread>()),
             ("IMAGES", wire_keys::<WImages>()),
             ("Image map", wire_keys::<WImage>()),
+            ("IMAGE NAMES", wire_keys::<WImageNames>()),
             ("MESSAGES", wire_keys::<WMessages>()),
             ("Message map", wire_keys::<WMessage>()),
             ("USER", wire_keys::<WUser>()),

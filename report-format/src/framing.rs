@@ -17,9 +17,12 @@ pub const MAGIC: [u8; 8] = *b"\x89CRP\r\n\x1a\n";
 pub const FILE_SUFFIX: &str = ".crashreport";
 
 /// Major format version this crate writes and the newest it reads. A reader refuses a newer major version.
-pub const FORMAT_MAJOR: u16 = 1;
+///
+/// 2.0 (frames relative to their images, compact IMAGE NAMES sections) changed the meaning of THREAD and IMAGES, so
+/// a 1.x reader must refuse it, which it does by this rule. This reader still reads every 1.x file.
+pub const FORMAT_MAJOR: u16 = 2;
 /// Minor format version this crate writes. A reader accepts any minor version of its major version.
-pub const FORMAT_MINOR: u16 = 1;
+pub const FORMAT_MINOR: u16 = 0;
 
 /// Size in bytes of the file header: magic (8), major (2), minor (2), CRC-32 of the first 12 bytes (4).
 pub const FILE_HEADER_LEN: usize = 16;
@@ -51,6 +54,8 @@ pub enum SectionKind {
     Messages,
     /// User key/values set before the crash (kind 6).
     User,
+    /// Paths of the images no frame or crashed-thread register points into, front-coded (kind 7, format 2.0).
+    ImageNames,
     /// End marker (kind 0xFFFF); its payload counts the sections before it.
     End,
     /// A kind this reader does not know (from a newer minor version); skipped.
@@ -67,6 +72,7 @@ impl SectionKind {
             SectionKind::Images => section::IMAGES,
             SectionKind::Messages => section::MESSAGES,
             SectionKind::User => section::USER,
+            SectionKind::ImageNames => section::IMAGE_NAMES,
             SectionKind::End => section::END,
             SectionKind::Unknown(c) => c,
         }
@@ -81,6 +87,7 @@ impl SectionKind {
             section::IMAGES => SectionKind::Images,
             section::MESSAGES => SectionKind::Messages,
             section::USER => SectionKind::User,
+            section::IMAGE_NAMES => SectionKind::ImageNames,
             section::END => SectionKind::End,
             c => SectionKind::Unknown(c),
         }
@@ -95,6 +102,7 @@ impl SectionKind {
             SectionKind::Images => "images",
             SectionKind::Messages => "messages",
             SectionKind::User => "user",
+            SectionKind::ImageNames => "image names",
             SectionKind::End => "end",
             SectionKind::Unknown(_) => "unknown",
         }
@@ -166,7 +174,7 @@ fn put(dst: &mut [u8], at: usize, src: &[u8]) {
 pub struct SectionHeader {
     /// What the section holds.
     pub kind: SectionKind,
-    /// Reserved flags; 0 in version 1.
+    /// Reserved flags; 0 in versions 1 and 2.
     pub flags: u16,
     /// Payload length in bytes.
     pub len: u32,
@@ -226,7 +234,7 @@ mod tests {
 
     #[test]
     fn kind_codes_roundtrip() {
-        for c in [1u16, 2, 3, 4, 5, 6, 7, 0xFFFF, 0x1234] {
+        for c in [1u16, 2, 3, 4, 5, 6, 7, 8, 0xFFFF, 0x1234] {
             assert_eq!(SectionKind::from_code(c).code(), c);
         }
     }

@@ -28,6 +28,8 @@ pub mod section {
     pub const MESSAGES: u16 = 5;
     /// USER: key/values the app set (§4.6). At most once.
     pub const USER: u16 = 6;
+    /// IMAGE NAMES: the paths of the images nothing points into, front-coded (§4.4.1; format 2.0). Zero or more.
+    pub const IMAGE_NAMES: u16 = 7;
     /// END: the end marker, last (§4.7).
     pub const END: u16 = 0xFFFF;
     /// Every section kind with its name in SCHEMA.md §3, in the table's order.
@@ -38,6 +40,7 @@ pub mod section {
         ("IMAGES", IMAGES),
         ("MESSAGES", MESSAGES),
         ("USER", USER),
+        ("IMAGE NAMES", IMAGE_NAMES),
         ("END", END),
     ];
 }
@@ -169,10 +172,15 @@ key_maps! {
         REGISTER_SET = "rs";
         /// `array` of `uint` or `nil`, opt: register values in the set's order.
         REGISTERS = "r";
-        /// `array` of `uint`: raw frame addresses, innermost first.
+        /// `array` of `uint`: raw frame addresses, innermost first (format 1.x; 2.0 writers write
+        /// [`FRAMES_RELATIVE`] instead, readers still read it).
         FRAMES = "f";
-        /// `bin`, opt: how each frame was found, one byte per frame (format 1.1).
+        /// `bin`, opt: how each frame was found, one byte per frame (format 1.1; replaced by [`FRAMES_RELATIVE`]
+        /// in 2.0).
         FRAME_TRUST = "tr";
+        /// `bin`: the frames relative to their images with their trust, LEB128-coded (format 2.0, SCHEMA.md
+        /// §4.3.2).
+        FRAMES_RELATIVE = "fr";
         /// `bool`, opt: `true` when the walk stopped at the frame cap.
         FRAMES_TRUNCATED = "ft";
         /// `array` of `[start, len, count]`, opt: repeating runs left out of the frames.
@@ -189,6 +197,8 @@ key_maps! {
 
     /// Keys of one image's map inside IMAGES (SCHEMA.md §4.4).
     image "Image map" {
+        /// `uint`: the image's list index (format 2.0; in 1.x files, the section's first index plus the position).
+        INDEX = "x";
         /// `str`, opt: absolute path.
         PATH = "p";
         /// `str`, opt: name, absent when it is the last path component.
@@ -205,6 +215,14 @@ key_maps! {
         ID_KIND = "k";
         /// `str`, opt: architecture when it differs from META's.
         ARCH = "a";
+    }
+
+    /// Keys of an IMAGE NAMES section's map (SCHEMA.md §4.4.1; format 2.0).
+    image_names "IMAGE NAMES" {
+        /// `uint`: list index of the first entry.
+        FIRST_INDEX = "i";
+        /// `bin`: the entries, front-coded paths with index gaps (SCHEMA.md §4.4.1).
+        LIST = "l";
     }
 
     /// Keys of the MESSAGES section's map (SCHEMA.md §4.5).
@@ -236,13 +254,17 @@ key_maps! {
     }
 }
 
+/// Keys of format 1.x that 2.0 writers no longer write but every reader still reads: `(map name, key)`. The map
+/// names are those of [`MAPS`].
+pub const READ_ONLY: &[(&str, &str)] = &[("THREAD", thread::FRAMES), ("THREAD", thread::FRAME_TRUST)];
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn keys_are_unique_within_each_map_and_short() {
-        assert_eq!(MAPS.len(), 11);
+        assert_eq!(MAPS.len(), 12);
         for m in MAPS {
             assert!(!m.keys.is_empty(), "{}", m.name);
             for (i, k) in m.keys.iter().enumerate() {

@@ -37,9 +37,12 @@ impl Report {
         by_index.or_else(|| self.threads.iter().find(|t| t.crashed))
     }
 
-    /// The image whose text range `[load_address, load_address + size)` holds `address`.
+    /// The image whose text range `[load_address, load_address + size)` holds `address` (images known by name
+    /// only, [`Image::name_only`], have no range and never match).
     pub fn image_for(&self, address: u64) -> Option<&Image> {
-        self.images.iter().find(|i| address >= i.load_address && address - i.load_address < i.size.max(1))
+        self.images
+            .iter()
+            .find(|i| !i.name_only && address >= i.load_address && address - i.load_address < i.size.max(1))
     }
 }
 
@@ -360,6 +363,12 @@ pub struct Image {
     pub id: Option<ImageId>,
     /// Architecture, when it differs from the report's.
     pub arch: Option<String>,
+    /// True for an image known by its path only (an IMAGE NAMES entry, SCHEMA.md §4.4.1: no frame or register of
+    /// the crashed thread pointed into it): `load_address`, `size`, `slide`, `id` and `arch` are unknown (0 and
+    /// `None`). Such images are not Binary Images in Apple's sense (they are left out of Apple's `usedImages`).
+    /// Left out of the JSON when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub name_only: bool,
 }
 
 /// An application-specific message.

@@ -9,7 +9,9 @@ use crate::regs;
 const SCRATCH: usize = 1 << 20;
 
 /// Encodes `report` with the crash-time encoder into a new vector. Sections are written in the handler's order:
-/// META, EXCEPTION, MESSAGES, USER, threads (by index), images, end marker. Registers whose names are not in the
+/// META, EXCEPTION, MESSAGES, USER, threads (by index), IMAGES (every image with a load address, with its index),
+/// IMAGE NAMES (images known by name only, [`crate::model::Image::name_only`]), end marker. Frames are written
+/// relative to the image whose range holds them (format 2.0), so they decode back to the same addresses. Registers whose names are not in the
 /// thread's register set are not written; for a set this version does not know, values are written in the order
 /// given.
 ///
@@ -60,6 +62,7 @@ pub fn to_bytes(report: &Report) -> Result<Vec<u8>, EncodeError> {
     let kv: Vec<encode::KeyValue<'_>> =
         report.user.iter().map(|(k, v)| encode::KeyValue { key: k.as_bytes(), value: v.as_bytes() }).collect();
     enc.user(&kv)?;
+    let lookup = ModelImages::new(report);
     for t in &report.threads {
         let set = t.register_set.as_deref().unwrap_or("");
         let values: Vec<Option<u64>> = match regs::names(set) {
@@ -94,26 +97,23 @@ pub fn to_bytes(report: &Report) -> Result<Vec<u8>, EncodeError> {
             frames_truncated: t.frames_truncated,
             repeats: &repeats,
             trust: &trust,
+            images: Some(&lookup),
         })?;
     }
-    // Images go out in runs of consecutive indices so that gaps survive a round trip.
-    let mut i = 0;
-    while i < report.images.len() {
-        let first = report.images[i].index;
-        let mut j = i + 1;
-        while j < report.images.len() && report.images[j].index == report.images[j - 1].index.wrapping_add(1) {
-            j += 1;
-        }
-        let run: Vec<encode::Image<'_>> = report.images[i..j]
-            .iter()
-            .map(|img| {
-                let default_name = img.path.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p));
-                let (id, id_kind) = match &img.id {
-                    Some(ImageId::Uuid(u)) => (&u[..], encode::ID_KIND_UUID),
-                    Some(ImageId::BuildId(v)) => (&v[..], encode::ID_KIND_BUILD_ID),
-                    None => (&[][..], 0),
-                };
-                encode::Image {
+    let full: Vec<encode::IndexedImage<'_>> = report
+        .images
+        .iter()
+        .filter(|img| !img.name_only)
+        .map(|img| {
+            let default_name = img.path.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p));
+            let (id, id_kind) = match &img.id {
+                Some(ImageId::Uuid(u)) => (&u[..], encode::ID_KIND_UUID),
+                Some(ImageId::BuildId(v)) => (&v[..], encode::ID_KIND_BUILD_ID),
+                None => (&[][..], 0),
+            };
+            encode::IndexedImage {
+                index: img.index,
+                image: encode::Image {
                     path: b(&img.path),
                     name: if default_name == Some(img.name.as_str()) { b"" } else { img.name.as_bytes() },
                     load_address: img.load_address,
@@ -122,15 +122,36 @@ pub fn to_bytes(report: &Report) -> Result<Vec<u8>, EncodeError> {
                     id,
                     id_kind,
                     arch: b(&img.arch),
-                }
-            })
-            .collect();
-        enc.images(first, &run)?;
-        i = j;
-    }
+                },
+            }
+        })
+        .collect();
+    enc.indexed_images(&full)?;
+    enc.image_names(report.images.iter().filter(|img| img.name_only).map(|img| (img.index, b(&img.path))))?;
     enc.finish()
 }
 
 fn b(s: &Option<String>) -> &[u8] {
     s.as_deref().map(str::as_bytes).unwrap_or(b"")
+}
+
+/// The model's images with a load address, by load address: the frame lookup of [`to_bytes`].
+#[derive(Debug)]
+struct ModelImages(Vec<(u64, u64, u32)>);
+
+impl ModelImages {
+    fn new(report: &Report) -> Self {
+        let mut v: Vec<(u64, u64, u32)> =
+            report.images.iter().filter(|i| !i.name_only).map(|i| (i.load_address, i.size, i.index)).collect();
+        v.sort_unstable();
+        ModelImages(v)
+    }
+}
+
+impl encode::ImageLookup for ModelImages {
+    fn image_at(&self, address: u64) -> Option<(u32, u64)> {
+        let at = self.0.partition_point(|(load, _, _)| *load <= address);
+        let (load, size, index) = *self.0.get(at.checked_sub(1)?)?;
+        (address - load < size.max(1)).then_some((index, load))
+    }
 }

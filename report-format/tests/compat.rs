@@ -1,4 +1,4 @@
-//! Compatibility: the committed format-1.0 report must decode to exactly these values in every later version.
+//! Compatibility: the committed format-1.0 and 1.1 reports must decode to exactly these values in every later version.
 //! See `tests/data/README.md`.
 
 use report_format::model::ImageId;
@@ -91,4 +91,83 @@ fn v1_0_images() {
     assert!(matches!(b.id, Some(ImageId::BuildId(_))));
     assert_eq!(b.arch.as_deref(), Some("arm64e"));
     assert_eq!(r.image_for(0x1_0000_4f50).map(|i| i.name.as_str()), Some("Demo"));
+}
+
+// ---- format 1.1 (`data/report-v1.1.crashreport`, made by `examples/make_v1_1_fixture.rs`) ----
+
+fn v1_1() -> Decoded {
+    let bytes = include_bytes!("data/report-v1.1.crashreport");
+    decode(bytes).expect("format 1.1 decodes")
+}
+
+#[test]
+fn v1_1_fixture_is_intact() {
+    let d = v1_1();
+    assert!(d.is_intact(), "{:?}", d.problems);
+    assert_eq!(d.report.format_version, (1, 1));
+    assert_eq!(d.sections.len(), 10);
+    let m = d.report.meta.as_ref().expect("meta");
+    assert_eq!(m.report_id.to_string(), "1E2D3C4B-5A69-4887-96A5-B4C3D2E1F00F");
+    assert_eq!((m.thread_count, m.image_count), (Some(4), Some(5)));
+    assert_eq!(m.os.name.as_deref(), Some("Linux"));
+    assert_eq!(m.process.path.as_deref(), Some("/opt/demo/bin/demo-server"));
+    let e = d.report.exception.as_ref().expect("exception");
+    assert_eq!((e.signal, e.si_code, e.fault_address, e.crashed_thread), (Some(11), Some(1), Some(0x18), Some(2)));
+    assert_eq!(d.report.messages[0].text, "called `Option::unwrap()` on a `None` value");
+    assert_eq!(d.report.user.len(), 2);
+}
+
+#[test]
+fn v1_1_threads_keep_frames_trust_and_registers() {
+    use report_format::model::FrameTrust::*;
+    let r = v1_1().report;
+    assert_eq!(r.threads.iter().map(|t| t.index).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+    let c = r.crashed_thread().expect("crashed");
+    assert_eq!((c.index, c.id, c.name.as_deref()), (2, Some(4245), Some("worker-2")));
+    assert_eq!(c.registers.len(), 24);
+    assert_eq!(
+        (c.register("rip"), c.register("rsp"), c.register("rbp")),
+        (Some(0x5555_5555_6123), Some(0x7ffd_1234_5600), Some(0x7ffd_1234_5670))
+    );
+    assert_eq!(c.register("rax"), Some(0x100));
+    assert_eq!(c.register("cr2"), Some(0x18));
+    assert_eq!(
+        c.frames,
+        vec![0x5555_5555_6123, 0x5555_5555_7000, 0x5555_5555_7100, 0x7f3a_1002_9d90, 0x7f3a_1012_6a00]
+    );
+    assert_eq!(c.frame_trust, vec![Context, Cfi, Cfi, FramePointer, Scan]);
+    assert_eq!((c.repeats[0].start, c.repeats[0].len, c.repeats[0].count), (1, 2, 40));
+    let t0 = &r.threads[0];
+    assert_eq!(
+        t0.registers.iter().map(|r| (r.name.as_str(), r.value)).collect::<Vec<_>>(),
+        vec![("rbp", 0x7f3a_0fff_fe40), ("rsp", 0x7f3a_0fff_fe00)]
+    );
+    assert_eq!(t0.frames, vec![0x7f3a_1009_1a2b, 0x7f3a_1008_0c00, 0x5555_5555_8000]);
+    assert_eq!(t0.frame_trust, vec![Context, Cfi, LinkRegister]);
+    let t1 = &r.threads[1];
+    assert_eq!(t1.frames, vec![0x7f3a_1009_1a2b, 0x7f3a_2000_0100]);
+    assert_eq!(t1.frame_trust, vec![Context], "a shorter tr stays shorter");
+    assert!(t1.frames_truncated);
+    assert_eq!(t1.registers.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), vec!["rax", "rcx"]);
+    let t3 = &r.threads[3];
+    assert!(!t3.captured);
+    assert_eq!(t3.not_captured_reason.as_deref(), Some("did not answer the stop signal within 100 ms"));
+    assert!(t3.frames.is_empty() && t3.frame_trust.is_empty() && t3.registers.is_empty());
+}
+
+#[test]
+fn v1_1_images() {
+    let r = v1_1().report;
+    assert_eq!(r.images.len(), 5);
+    let names: Vec<&str> = r.images.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, vec!["demo-server", "libc.so.6", "libm.so.6", "libgcc_s.so.1", "ld-linux-x86-64.so.2"]);
+    let libc = &r.images[1];
+    assert_eq!(
+        (libc.index, libc.load_address, libc.size, libc.slide),
+        (1, 0x7f3a_1000_0000, 0x16_0000, Some(0x7f3a_1000_0000))
+    );
+    assert_eq!(libc.id.as_ref().map(ImageId::to_hex).as_deref(), Some("2222222222222222222222222222222222222222"));
+    assert_eq!(r.images[3].id, None);
+    assert_eq!(r.image_for(0x7f3a_1002_9d90).map(|i| i.index), Some(1));
+    assert_eq!(r.image_for(0x5555_5555_6123).map(|i| i.index), Some(0));
 }

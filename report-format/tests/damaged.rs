@@ -5,6 +5,7 @@ mod common;
 
 use proptest::prelude::*;
 use report_format::framing::{SectionKind, FILE_HEADER_LEN};
+use report_format::model::Thread;
 use report_format::{decode, owned, DecodeError, Decoded, ProblemKind, Report, SectionStatus};
 use std::sync::OnceLock;
 
@@ -17,6 +18,24 @@ fn encoded() -> &'static (Report, Vec<u8>, Decoded) {
         assert!(d.is_intact());
         (r, b, d)
     })
+}
+
+/// `t` is its original `o`, except frames whose image section was lost: those the decoder must name
+/// (`FrameImageMissing`) and give address 0, and only frames that did lie inside an image.
+fn same_thread(d: &Decoded, t: &Thread, o: &Thread) -> Result<(), TestCaseError> {
+    let mut want = o.clone();
+    for p in &d.problems {
+        if let ProblemKind::FrameImageMissing { thread, frame, image, offset } = p.kind {
+            if thread == t.index {
+                let f = frame as usize;
+                prop_assert!(o.frames[f] != 0, "frame {} named but it was absolute", f);
+                prop_assert_eq!(o.frames[f], 0x1_8000_0000 + image * 0x10_0000 + offset);
+                want.frames[f] = 0;
+            }
+        }
+    }
+    prop_assert_eq!(t, &want);
+    Ok(())
 }
 
 /// Thread indices whose sections lie wholly inside `range` of the intact file.
@@ -52,7 +71,7 @@ proptest! {
         let got: Vec<u32> = d.report.threads.iter().map(|t| t.index).collect();
         prop_assert_eq!(&got, &expect);
         for t in &d.report.threads {
-            prop_assert_eq!(t, &orig.threads[t.index as usize]);
+            same_thread(&d, t, &orig.threads[t.index as usize])?;
         }
         if cut < bytes.len() {
             prop_assert!(!d.is_intact());
@@ -82,7 +101,7 @@ proptest! {
         let got: Vec<u32> = d.report.threads.iter().map(|t| t.index).collect();
         prop_assert_eq!(&got, &expect);
         for t in &d.report.threads {
-            prop_assert_eq!(t, &orig.threads[t.index as usize]);
+            same_thread(&d, t, &orig.threads[t.index as usize])?;
         }
         // Images outside the damaged section all survive.
         prop_assert!(d.report.images.len() >= orig.images.len() - 64);
@@ -117,7 +136,7 @@ proptest! {
         if let Ok(d) = decode(&b) {
             for t in &d.report.threads {
                 if let Some(o) = orig.threads.get(t.index as usize) {
-                    prop_assert_eq!(t, o);
+                    same_thread(&d, t, o)?;
                 }
             }
         }
@@ -155,7 +174,23 @@ fn a_payload_flip_names_section_and_offset() {
     assert_eq!(p.offset, victim.offset);
     assert!(matches!(p.kind, ProblemKind::ChecksumMismatch { .. }));
     assert!(p.to_string().starts_with(&format!("images section at byte {}: checksum mismatch", victim.offset)));
-    assert!(d.problems.iter().any(|p| p.kind == ProblemKind::MissingImages { from: 0, to: 64 }));
+    // The section held every image with a load address (every fourth image is an IMAGE NAMES entry).
+    assert!(d.problems.iter().any(|p| p.kind == ProblemKind::MissingImages { from: 0, to: 3 }));
+    assert!(d.problems.iter().any(|p| p.kind == ProblemKind::MissingImages { from: 4, to: 7 }));
+    assert!(d.report.images.iter().all(|i| i.name_only));
+    // Frames into the lost images are named, one problem per frame, and their addresses are unknown (0).
+    let t1 = &d.report.threads[1];
+    let named: Vec<&report_format::Problem> =
+        d.problems.iter().filter(|p| matches!(p.kind, ProblemKind::FrameImageMissing { thread: 1, .. })).collect();
+    assert_eq!(named.len(), 6, "{named:?}");
+    assert!(matches!(named[0].kind, ProblemKind::FrameImageMissing { thread: 1, frame: 1, image: 2, offset: 4 }));
+    assert_eq!(named[0].section, Some(SectionKind::Thread));
+    assert_eq!(
+        named[0].to_string(),
+        "thread 1 frame 1: image 2 is missing (offset 0x4 from its load address); address unknown"
+    );
+    assert_eq!(t1.frames[1], 0);
+    assert_eq!(t1.frames[0], 0x1_0001_0000);
     assert_eq!(
         d.sections.iter().find(|s| s.offset == victim.offset).map(|s| s.status),
         Some(SectionStatus::ChecksumMismatch)

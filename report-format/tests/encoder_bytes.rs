@@ -103,6 +103,7 @@ fn every_field() -> Vec<u8> {
         frames_truncated: true,
         repeats: &[Repeat { start: 2, len: 3, count: 1000 }, Repeat { start: 0, len: 1, count: 0 }],
         trust: &[1, 2, 3, 4, 5, 0, 200],
+        images: Some(&Img17),
     })
     .expect("thread 0");
     // Trust longer than the frames: only one byte per frame is written.
@@ -157,6 +158,15 @@ fn every_field() -> Vec<u8> {
     .expect("images");
     enc.images(3, &[Image { path: b"/a", load_address: u64::MAX, size: u64::MAX, ..Image::default() }])
         .expect("image 3");
+    // Names only: shared prefixes, an index gap, an empty path, a repeated index (starts a new section).
+    enc.image_names([
+        (4u32, &b"/usr/lib/system/libsystem_c.dylib"[..]),
+        (5, b"/usr/lib/system/libsystem_kernel.dylib"),
+        (9, b"/usr/lib/libobjc.A.dylib"),
+        (10, b""),
+        (10, b"/x"),
+    ])
+    .expect("image names");
     enc.raw_section(0x1234, &[0x81, 0xa1, b'x', 0x01]).expect("raw");
     enc.raw_section(0, &[]).expect("empty raw");
     enc.finish().expect("finish")
@@ -333,6 +343,7 @@ fn out_of_room() -> Vec<u8> {
                 SectionKind::Images => b"<scratch:images>",
                 SectionKind::Messages => b"<scratch:messages>",
                 SectionKind::User => b"<scratch:user>",
+                SectionKind::ImageNames => b"<scratch:image-names>",
                 SectionKind::End => b"<scratch:end>",
                 SectionKind::Unknown(_) => b"<scratch:unknown>",
             },
@@ -425,10 +436,10 @@ fn out_of_room_bytes_are_unchanged() {
 }
 
 /// (length, CRC-32) of [`boundaries`].
-const BOUNDARIES: (usize, u32) = (1_055_959, 2_465_339_921);
+const BOUNDARIES: (usize, u32) = (1_154_933, 3_285_914_920);
 
 /// (reports, total length, CRC-32 of all of them) of [`random_sweep`].
-const SWEEP: (usize, usize, u32) = (400, 3_564_305, 3_693_636_981);
+const SWEEP: (usize, usize, u32) = (400, 4_279_340, 3_427_371_334);
 
 #[test]
 fn random_sweep_bytes_are_unchanged() {
@@ -606,9 +617,11 @@ fn random_sweep() -> (usize, Vec<u8>) {
                 frames_truncated: rng.chance(4),
                 repeats: reps,
                 trust,
+                images: if k % 2 == 0 { Some(&Img17) } else { None },
             }));
         }
         results.push(enc.images(rng.num() as u32, &images));
+        results.push(enc.image_names(images.iter().enumerate().map(|(k, i)| ((k * 3) as u32, i.path))));
         for r in results {
             // The error kind is part of the pinned output.
             all.extend_from_slice(format!("{:?}", r.err()).as_bytes());
@@ -619,4 +632,14 @@ fn random_sweep() -> (usize, Vec<u8>) {
         }
     }
     (REPORTS, all)
+}
+
+/// An image lookup with one image, index 17 (a two-byte tag), at 0x1_0000_0000, 1 MiB long.
+#[derive(Debug)]
+struct Img17;
+
+impl report_format::encode::ImageLookup for Img17 {
+    fn image_at(&self, address: u64) -> Option<(u32, u64)> {
+        (0x1_0000_0000..0x1_0010_0000).contains(&address).then_some((17, 0x1_0000_0000))
+    }
 }

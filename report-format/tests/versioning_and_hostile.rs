@@ -86,20 +86,21 @@ fn newer_minor_version_is_read() {
     let crc = crc32fast::hash(&b[..12]).to_le_bytes();
     b[12..16].copy_from_slice(&crc);
     let d = decode(&b).expect("a newer minor version decodes");
-    assert_eq!(d.report.format_version, (1, 7));
+    assert_eq!(d.report.format_version, (2, 7));
     assert!(d.is_intact());
 }
 
 #[test]
 fn newer_major_version_is_refused() {
     let mut b = report_with_raw(&[]);
-    b[8] = 2; // major
+    b[8] = 3; // major
     b[10] = 0; // minor
     let crc = crc32fast::hash(&b[..12]).to_le_bytes();
     b[12..16].copy_from_slice(&crc);
     let e = decode(&b).expect_err("refused");
-    assert_eq!(e, DecodeError::UnsupportedVersion { major: 2, minor: 0 });
-    assert!(e.to_string().contains("report format 2.0 is newer"));
+    assert_eq!(e, DecodeError::UnsupportedVersion { major: 3, minor: 0 });
+    assert!(e.to_string().contains("report format 3.0 is newer"));
+    assert!(e.to_string().contains("(major version 2)"));
 }
 
 #[test]
@@ -225,4 +226,133 @@ fn the_encoder_thread_api_is_what_the_decoder_reads() {
     assert_eq!(t.register("rcx"), Some(3));
     assert!(!t.captured);
     assert_eq!(t.not_captured_reason.as_deref(), Some("did not answer the stop signal within 50 ms"));
+}
+
+// ---- format 2.0: relative frames and IMAGE NAMES ----
+
+fn thread_with_fr(fr: &[u8]) -> Vec<u8> {
+    let fr = fr.to_vec();
+    mp_map(&[
+        (keys::thread::INDEX, &|v| {
+            rmp::encode::write_uint(v, 0).expect("vec");
+        }),
+        (keys::thread::FRAMES_RELATIVE, &move |v| {
+            rmp::encode::write_bin(v, &fr).expect("vec");
+        }),
+    ])
+}
+
+fn names_section(first: u64, l: &[u8]) -> Vec<u8> {
+    let l = l.to_vec();
+    mp_map(&[
+        (keys::image_names::FIRST_INDEX, &move |v| {
+            rmp::encode::write_uint(v, first).expect("vec");
+        }),
+        (keys::image_names::LIST, &move |v| {
+            rmp::encode::write_bin(v, &l).expect("vec");
+        }),
+    ])
+}
+
+#[test]
+fn malformed_relative_frames_are_a_named_problem() {
+    for (fr, why) in [
+        (&[0x09, 0x80][..], "cut off"), // offset cut off
+        (&[0x01][..], "cut off"),       // no value
+        (&[0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02][..], "over 64 bits"), // 65 bits
+        (&[0x00, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00][..], "over 64 bits"),
+    ] {
+        let d = decode(&report_with_raw(&[(SectionKind::Thread.code(), thread_with_fr(fr))])).expect("decodes");
+        let p = d.problems.iter().find(|p| matches!(p.kind, ProblemKind::BadPayload { .. })).expect("named");
+        assert!(p.to_string().contains(why), "{fr:02x?}: {p}");
+        assert!(d.report.threads.is_empty());
+    }
+}
+
+#[test]
+fn a_frame_into_an_image_that_is_not_there_is_named_and_zero() {
+    // Image 5 (tag (6 << 3) | 3), offset 0x10; tag 2^42 (image 2^39 - 1: past u32); one absolute frame.
+    let fr = [0x33, 0x10, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 0x05, 0x00, 0x2a];
+    let names = names_section(5, &[0x00, 0x00, 0x02, b'/', b'a']); // image 5 known by name only
+    let b = report_with_raw(&[(SectionKind::Thread.code(), thread_with_fr(&fr)), (keys::section::IMAGE_NAMES, names)]);
+    let d = decode(&b).expect("decodes");
+    let t = &d.report.threads[0];
+    assert_eq!(t.frames, vec![0, 0, 0x2a]);
+    let missing: Vec<&ProblemKind> =
+        d.problems.iter().map(|p| &p.kind).filter(|k| matches!(k, ProblemKind::FrameImageMissing { .. })).collect();
+    assert_eq!(
+        missing,
+        vec![
+            &ProblemKind::FrameImageMissing { thread: 0, frame: 0, image: 5, offset: 0x10 },
+            &ProblemKind::FrameImageMissing { thread: 0, frame: 1, image: (1 << 39) - 1, offset: 5 },
+        ]
+    );
+    assert_eq!(d.report.images[0].path.as_deref(), Some("/a"));
+}
+
+#[test]
+fn malformed_image_names_are_a_named_problem() {
+    for (l, why) in [
+        (&[0x00, 0x01, 0x01, b'a'][..], "shares more"), // first entry cannot share
+        (&[0x00, 0x00, 0x05, b'a'][..], "runs past"),
+        (&[0x00, 0x00][..], "cut off"),
+        (&[0x80, 0x80, 0x80, 0x80, 0x10, 0x00, 0x00][..], "over 2^32"),
+    ] {
+        let b = report_with_raw(&[(keys::section::IMAGE_NAMES, names_section(0, l))]);
+        let d = decode(&b).expect("decodes");
+        let p = d.problems.iter().find(|p| matches!(p.kind, ProblemKind::BadPayload { .. })).expect("named");
+        assert!(p.to_string().contains(why), "{l:02x?}: {p}");
+        assert!(d.report.images.is_empty());
+    }
+}
+
+#[test]
+fn an_image_names_bomb_does_not_allocate_without_bound() {
+    // One 4000-byte path, then 12 000 entries that each repeat it whole (4 bytes each): 48 MB if expanded.
+    let mut l = vec![0x00, 0x00];
+    let mut len = [0u8; 10];
+    let n = {
+        let mut v = 4_000u64;
+        let mut k = 0;
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            len[k] = if v == 0 { b } else { b | 0x80 };
+            k += 1;
+            if v == 0 {
+                break k;
+            }
+        }
+    };
+    l.extend_from_slice(&len[..n]);
+    l.extend(std::iter::repeat_n(b'a', 4_000));
+    for _ in 0..12_000 {
+        l.extend_from_slice(&[0x00, 0xa0, 0x1f, 0x00]); // skip 0, shared 4000, length 0
+    }
+    let b = report_with_raw(&[(keys::section::IMAGE_NAMES, names_section(0, &l))]);
+    let (total, _, r) = measure_decode(&b);
+    let d = r.expect("decodes");
+    assert!(d.problems.iter().any(|p| p.to_string().contains("expand to more than 64 times")), "{:?}", d.problems);
+    assert!(total < 64 * b.len() + (16 << 20), "total {total} bytes for a {} byte file", b.len());
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 300, ..Default::default() })]
+
+    /// Arbitrary `fr` and IMAGE NAMES bytes never make the decoder panic.
+    #[test]
+    fn arbitrary_relative_frames_and_names_never_panic(
+        fr in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+        l in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+        first in 0u64..=u64::from(u32::MAX),
+    ) {
+        let b = report_with_raw(&[
+            (SectionKind::Thread.code(), thread_with_fr(&fr)),
+            (keys::section::IMAGE_NAMES, names_section(first, &l)),
+        ]);
+        let d = decode(&b).expect("decodes");
+        for t in &d.report.threads {
+            proptest::prop_assert!(t.frame_trust.len() <= t.frames.len());
+        }
+    }
 }

@@ -6,7 +6,8 @@
 #![allow(unsafe_code)] // a global allocator is unsafe to implement
 
 use report_format::encode::{
-    Encoder, Exception, Image, KeyValue, Message, Meta, Os, Process, SliceSink, Thread, ID_KIND_BUILD_ID, ID_KIND_UUID,
+    Encoder, Exception, Image, ImageLookup, IndexedImage, KeyValue, Message, Meta, Os, Process, SliceSink, Thread,
+    ID_KIND_BUILD_ID, ID_KIND_UUID,
 };
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -62,8 +63,18 @@ const IMAGES: usize = 500;
 #[test]
 fn encoding_a_large_report_allocates_nothing() {
     // Everything the encoder reads or writes is allocated here, before counting.
-    let frames: Vec<Vec<u64>> =
-        (0..THREADS).map(|t| (0..FRAMES).map(|f| 0x1_0000_0000 + (t * 0x10000 + f * 4) as u64).collect()).collect();
+    // Odd frames inside images 0..64 (written relative to them), even ones outside every image.
+    let frames: Vec<Vec<u64>> = (0..THREADS)
+        .map(|t| {
+            (0..FRAMES)
+                .map(|f| match f % 2 {
+                    1 => 0x1_8000_0000 + ((t + f) % 64) as u64 * 0x10_0000 + (f * 4) as u64,
+                    _ => 0x1_0000_0000 + (t * 0x10000 + f * 4) as u64,
+                })
+                .collect()
+        })
+        .collect();
+    let trust: Vec<u8> = (0..FRAMES).map(|f| (f % 6) as u8).collect();
     let registers: Vec<Vec<Option<u64>>> =
         (0..THREADS).map(|t| (0..36).map(|k| Some((t * 100 + k) as u64)).collect()).collect();
     let names: Vec<String> = (0..THREADS).map(|t| format!("worker thread number {t}")).collect();
@@ -83,6 +94,8 @@ fn encoding_a_large_report_allocates_nothing() {
             arch: b"",
         })
         .collect();
+    let used: Vec<IndexedImage<'_>> = (0..64).map(|i| IndexedImage { index: i as u32, image: images[i] }).collect();
+    let lookup = Lookup(&images);
     let codes = [1i64, 0x1234];
     let mut out = vec![0u8; 4 << 20];
     let mut scratch = vec![0u8; 64 << 10];
@@ -129,11 +142,13 @@ fn encoding_a_large_report_allocates_nothing() {
                 frames: &frames[t],
                 frames_truncated: false,
                 repeats: &[],
-                trust: &[],
+                trust: &trust,
+                images: Some(&lookup),
             })
             .expect("thread");
         }
-        enc.images(0, &images).expect("images");
+        enc.indexed_images(&used).expect("images");
+        enc.image_names(paths.iter().enumerate().skip(64).map(|(i, p)| (i as u32, p.as_bytes()))).expect("names");
         enc.finish().expect("finish").len()
     };
     COUNTING.with(|c| c.set(false));
@@ -146,6 +161,8 @@ fn encoding_a_large_report_allocates_nothing() {
     assert!(d.report.threads.iter().all(|t| t.frames.len() == FRAMES && t.registers.len() == 36));
     assert_eq!(d.report.images.len(), IMAGES);
     assert_eq!(d.report.images[499].path.as_deref(), Some(paths[499].as_str()));
+    assert!(d.report.images[499].name_only && !d.report.images[63].name_only);
+    assert_eq!(d.report.threads[3].frames, frames[3]);
     println!("large report: {written} bytes");
 }
 
@@ -157,4 +174,17 @@ fn the_counter_sees_allocations() {
     COUNTING.with(|c| c.set(false));
     drop(v);
     assert_eq!(allocs(), 1);
+}
+
+/// The images by load address (they are built in ascending order): a binary search, as the handler's.
+#[derive(Debug)]
+struct Lookup<'a>(&'a [Image<'a>]);
+
+impl ImageLookup for Lookup<'_> {
+    fn image_at(&self, address: u64) -> Option<(u32, u64)> {
+        let at = self.0.partition_point(|i| i.load_address <= address);
+        let i = at.checked_sub(1)?;
+        let img = self.0.get(i)?;
+        (address - img.load_address < img.size).then_some((i as u32, img.load_address))
+    }
 }

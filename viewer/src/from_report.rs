@@ -65,9 +65,12 @@ pub fn to_crash_log(report: &Report, problems: Vec<String>) -> CrashLog {
     log.asi = report.messages.iter().map(|m| m.text.clone()).collect();
 
     let default_arch = meta.and_then(|m| m.arch.clone());
+    // Binary Images lists the images with a load address; format 2.0 keeps the others by name only (SCHEMA.md
+    // §4.4.1), as Apple's usedImages leaves out images nothing points into.
     log.images = report
         .images
         .iter()
+        .filter(|im| !im.name_only)
         .map(|im| ImageLog {
             base: im.load_address,
             size: im.size,

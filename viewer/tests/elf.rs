@@ -85,6 +85,7 @@ fn report(prog: &Path, id: Vec<u8>, frames: Vec<u64>) -> Vec<u8> {
             slide: Some(LOAD as i64),
             id: Some(ImageId::BuildId(id)),
             arch: None,
+            name_only: false,
         }],
         ..Report::default()
     };
@@ -185,6 +186,7 @@ fn image_found_at_its_own_path_when_it_exists_here() {
             slide: None,
             id: Some(ImageId::BuildId(build_id(&prog))),
             arch: None,
+            name_only: false,
         }],
         ..Report::default()
     };

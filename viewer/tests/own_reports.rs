@@ -88,6 +88,7 @@ pub fn ios_report() -> Report {
                     0x82, 0xd1, 0x3d, 0x98, 0x21, 0x9e, 0x30, 0x40, 0xb6, 0x2a, 0x07, 0xa2, 0x97, 0x00, 0x7a, 0x7c,
                 ])),
                 arch: None,
+                name_only: false,
             },
             Image {
                 index: 1,
@@ -98,6 +99,7 @@ pub fn ios_report() -> Report {
                 slide: None,
                 id: Some(ImageId::Uuid([0x51; 16])),
                 arch: Some("arm64e".into()),
+                name_only: false,
             },
         ],
         messages: vec![Message { source: Some("libswiftCore.dylib".into()), text: "Fatal error: boom".into() }],
@@ -349,4 +351,21 @@ fn ips_output_round_trips_through_our_ips_reader() {
     assert_eq!(body["threads"][0]["threadState"]["esr"]["value"], 0x92000006u64);
     assert_eq!(body["usedImages"][0]["uuid"], "82d13d98-219e-3040-b62a-07a297007a7c");
     assert_eq!(body["faultingThread"], 0);
+}
+
+/// Format 2.0 keeps images nothing points into by path only (`Image::name_only`): Binary Images lists only the
+/// images with a load address, and the frames still resolve to theirs.
+#[test]
+fn name_only_images_are_not_binary_images() {
+    let mut r = ios_report();
+    r.images.push(Image {
+        index: 2,
+        name: "libunused.dylib".into(),
+        path: Some("/usr/lib/libunused.dylib".into()),
+        name_only: true,
+        ..Image::default()
+    });
+    let text = render(&r, Layout::Modern, Format::Text);
+    assert!(!text.contains("libunused"), "{text}");
+    assert_eq!(text, render(&ios_report(), Layout::Modern, Format::Text));
 }

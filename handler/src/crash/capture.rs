@@ -124,6 +124,8 @@ pub struct Buffers {
     pub repeats: RawBuf<Repeat>,
     /// The unwind-row cache (one entry).
     pub rules: RawBuf<RuleCache>,
+    /// The used-image bitset of the report writer (`Config::max_images` bits, 64 a word).
+    pub used_images: RawBuf<u64>,
 }
 
 /// Everything both backends' crash paths share, allocated at install and never freed.
@@ -170,11 +172,19 @@ impl Core {
     #[allow(clippy::mut_from_ref)]
     unsafe fn work(&self) -> Option<(&mut [u8], WorkBuffers<'_>)> {
         let b = &self.buffers;
-        // SAFETY: the caller is the owner; the six buffers are distinct allocations.
-        let (write_buf, scratch, frames, trust, repeats, rules) = unsafe {
-            (b.write_buf.get(), b.scratch.get(), b.frames.get(), b.trust.get(), b.repeats.get(), b.rules.get())
+        // SAFETY: the caller is the owner; the seven buffers are distinct allocations.
+        let (write_buf, scratch, frames, trust, repeats, rules, used_images) = unsafe {
+            (
+                b.write_buf.get(),
+                b.scratch.get(),
+                b.frames.get(),
+                b.trust.get(),
+                b.repeats.get(),
+                b.rules.get(),
+                b.used_images.get(),
+            )
         };
-        Some((write_buf, WorkBuffers { scratch, frames, trust, repeats, rules: rules.first_mut()? }))
+        Some((write_buf, WorkBuffers { scratch, frames, trust, repeats, rules: rules.first_mut()?, used_images }))
     }
 }
 
@@ -286,7 +296,9 @@ pub fn write_minimal<B: Backend>(core: &Core, backend: &B, rec: &mut CrashRecord
     let h = head(&core.text, rec, id, &facts, NOTE_MINIMAL, &[]);
     let sink = FdSink::new(fd, write_buf);
     let images = backend.installed_images();
-    if let Ok(mut s) = writer::write_minimal_report(sink, &h, rec.tid, &rec.regs, images, bufs.scratch) {
+    if let Ok(mut s) =
+        writer::write_minimal_report(sink, &h, rec.tid, &rec.regs, images, bufs.scratch, bufs.used_images)
+    {
         let _ = s.flush();
     }
     finish(core, rec, fd, names)

@@ -1,6 +1,11 @@
 //! Writes the report: a buffered raw file-descriptor [`Sink`], atomic file commit (temporary name, `fsync`,
-//! `rename`, `fsync` of the directory), and the section sequence (META, EXCEPTION, one THREAD per thread walked
-//! into one reusable frame buffer and encoded at once, IMAGES, END).
+//! `rename`, `fsync` of the directory), and the section sequence (META, EXCEPTION, MESSAGES, USER, one THREAD per
+//! thread walked into one reusable frame buffer and encoded at once, IMAGES for the used images, IMAGE NAMES for the
+//! rest, END; format 2.0, `report-format/SCHEMA.md`).
+//!
+//! Frames are written relative to their image: the encoder asks [`UsedImages`] (a binary search over the image
+//! list) for each frame's image, which also marks the image as used in a preallocated bitset. Registers of the
+//! crashed thread mark their images too. Threads other than the crashed one keep only pc, sp, fp (and lr on arm64).
 //!
 //! POSIX only (`write`, `fsync`, `openat`, `renameat`, `close` are async-signal-safe per POSIX.1-2017 §2.4.3), so
 //! Linux and Apple share it. Never allocates, locks or panics.
@@ -12,8 +17,12 @@ use crate::crash::stack_bounds::{self, MappedStackReader};
 use crate::crash::threads::{ThreadTable, CAPTURED};
 use crate::crash::user_table::{self, Snapshot};
 use crate::unwind::{self, MemoryReader, Repeat, RuleCache, WalkOptions};
+use core::cell::Cell;
 use core::sync::atomic::{AtomicI32, Ordering};
-use report_format::encode::{EncodeError, Encoder, Exception, Image, KeyValue, Message, Meta, Sink, SinkError, Thread};
+use report_format::encode::{
+    frame_registers, EncodeError, Encoder, Exception, ImageLookup, IndexedImage, KeyValue, Message, Meta, Sink,
+    SinkError, Thread,
+};
 
 /// Suffix of a finished report file name (`<32 hex digits of the report id>.crashreport`).
 pub const REPORT_SUFFIX: &[u8] = report_format::framing::FILE_SUFFIX.as_bytes();
@@ -359,6 +368,70 @@ pub struct WorkBuffers<'a> {
     pub repeats: &'a mut [Repeat],
     /// Unwind rows shared by every walk of the report (cleared when the report starts).
     pub rules: &'a mut RuleCache,
+    /// One bit per image of the list (64 a word, bit `i % 64` of word `i / 64`): set for the images a frame or a
+    /// crashed-thread register points into (cleared when the report starts). Images past its capacity are never
+    /// marked, so they go into IMAGE NAMES.
+    pub used_images: &'a mut [u64],
+}
+
+/// The encoder's frame-to-image lookup over the crash-time image list ([`ImageList::find`], a binary search),
+/// marking every image it finds in a used-image bitset. Allocation-free, lock-free, signal-safe.
+#[derive(Debug)]
+pub struct UsedImages<'a> {
+    list: &'a ImageList,
+    used: &'a [Cell<u64>],
+}
+
+impl<'a> UsedImages<'a> {
+    /// A lookup over `list` marking into `used`, which it clears first (the words that `list` needs).
+    pub fn new(list: &'a ImageList, used: &'a mut [u64]) -> Self {
+        let words = list.len().div_ceil(64);
+        for w in used.iter_mut().take(words) {
+            *w = 0;
+        }
+        UsedImages { list, used: Cell::from_mut(used).as_slice_of_cells() }
+    }
+
+    /// Marks the image holding `address`, if any.
+    pub fn mark(&self, address: u64) {
+        let _ = self.image_at(address);
+    }
+
+    /// Whether image `i` is marked.
+    pub fn is_used(&self, i: usize) -> bool {
+        self.used.get(i / 64).is_some_and(|w| w.get() & (1u64 << (i % 64)) != 0)
+    }
+}
+
+impl ImageLookup for UsedImages<'_> {
+    fn image_at(&self, address: u64) -> Option<(u32, u64)> {
+        let i = self.list.find(address)?;
+        let e = self.list.entry(i)?;
+        let index = u32::try_from(i).ok()?;
+        if let Some(w) = self.used.get(i / 64) {
+            w.set(w.get() | (1u64 << (i % 64)));
+        }
+        Some((index, e.load_address))
+    }
+}
+
+/// Keeps of `regs` (a full register array of set `set`) only the registers kept for threads other than the
+/// crashed one ([`frame_registers`]: pc, sp, fp, and lr on arm64), cut after the last kept value. An unknown set
+/// keeps everything.
+fn frame_registers_only<'r>(set: &[u8], regs: &'r mut [Option<u64>]) -> &'r [Option<u64>] {
+    let keep = frame_registers(set);
+    if keep.is_empty() {
+        return regs;
+    }
+    let mut len = 0usize;
+    for (k, r) in regs.iter_mut().enumerate() {
+        if !keep.contains(&k) {
+            *r = None;
+        } else if r.is_some() {
+            len = k.saturating_add(1);
+        }
+    }
+    regs.get(..len).unwrap_or(&[])
 }
 
 /// What goes into a full report besides the threads and images.
@@ -375,8 +448,10 @@ pub struct ReportHead<'a> {
 /// Reason text for a slot still being written when the report was encoded.
 const STILL_WRITING: &[u8] = b"thread was still saving its registers when the report was written";
 
-/// Encodes a full report: META, EXCEPTION, every thread of `table` (each walked with `mem` into `bufs.frames`
-/// and encoded at once), the images, END. Returns the sink.
+/// Encodes a full report: META, EXCEPTION, MESSAGES, USER, every thread of `table` (each walked with `mem` into
+/// `bufs.frames` and encoded at once, frames relative to their images; the crashed thread first, with every
+/// register, the others with pc, sp, fp and lr only), IMAGES (the images a frame or a crashed-thread register points
+/// into, in full), IMAGE NAMES (the other images' paths), END. Returns the sink.
 ///
 /// # Errors
 /// The first [`EncodeError`]; sections written before it stay in the sink and decode on their own.
@@ -398,6 +473,7 @@ pub fn write_report<S: Sink, M: MemoryReader>(
     exc.crashed_thread = crashed.map(|i| i as u32);
 
     bufs.rules.clear();
+    let used = UsedImages::new(images, bufs.used_images);
     let mut enc = Encoder::begin(sink, bufs.scratch)?;
     enc.meta(&meta)?;
     enc.exception(&exc)?;
@@ -423,7 +499,16 @@ pub fn write_report<S: Sink, M: MemoryReader>(
                 t.crashed = d.crashed;
                 t.captured = true;
                 t.register_set = d.regs.set;
-                t.registers = d.regs.to_options(&mut regs_buf);
+                let all = d.regs.to_options(&mut regs_buf).len();
+                if d.crashed {
+                    // Apple's usedImages: images a register of the crashed thread points into are kept in full.
+                    for v in regs_buf.iter().take(all).flatten() {
+                        used.mark(*v);
+                    }
+                    t.registers = regs_buf.get(..all).unwrap_or(&[]);
+                } else {
+                    t.registers = frame_registers_only(d.regs.set, regs_buf.get_mut(..all).unwrap_or(&mut []));
+                }
                 let out = unwind::WalkBuffers {
                     frames: bufs.frames,
                     trust: bufs.trust,
@@ -454,40 +539,45 @@ pub fn write_report<S: Sink, M: MemoryReader>(
         t.frames = bufs.frames.get(..n_frames).unwrap_or(&[]);
         t.trust = bufs.trust.get(..n_frames).unwrap_or(&[]);
         t.repeats = bufs.repeats.get(..n_reps).unwrap_or(&[]);
+        t.images = Some(&used);
         enc.thread(&t)?;
     }
-    write_images(&mut enc, images)?;
+    write_images(&mut enc, images, &used)?;
     enc.finish()
 }
 
-/// Writes the image list in chunks built on the stack (16 borrowed entries at a time).
-fn write_images<S: Sink>(enc: &mut Encoder<'_, S>, images: &ImageList) -> Result<(), EncodeError> {
+/// Writes the used images in full (IMAGES sections, chunks of 16 borrowed entries built on the stack), then the
+/// paths of the others (IMAGE NAMES sections).
+fn write_images<S: Sink>(enc: &mut Encoder<'_, S>, images: &ImageList, used: &UsedImages<'_>) -> Result<(), EncodeError> {
     const CHUNK: usize = 16;
     let mut i = 0usize;
     while i < images.len() {
-        let mut chunk = [Image::default(); CHUNK];
+        let mut chunk = [IndexedImage::default(); CHUNK];
         let mut n = 0usize;
-        for (k, slot) in chunk.iter_mut().enumerate() {
-            match images.image(i.saturating_add(k)) {
-                Some(img) => {
-                    *slot = img;
+        while i < images.len() && n < CHUNK {
+            if used.is_used(i) {
+                if let (Some(img), Some(slot), Ok(index)) = (images.image(i), chunk.get_mut(n), u32::try_from(i)) {
+                    *slot = IndexedImage { index, image: img };
                     n = n.saturating_add(1);
                 }
-                None => break,
             }
+            i = i.saturating_add(1);
         }
-        if n == 0 {
-            break;
+        if n > 0 {
+            enc.indexed_images(chunk.get(..n).unwrap_or(&[]))?;
         }
-        enc.images(i as u32, chunk.get(..n).unwrap_or(&[]))?;
-        i = i.saturating_add(n);
     }
-    Ok(())
+    enc.image_names(
+        (0..images.len())
+            .filter(|&i| !used.is_used(i))
+            .filter_map(|i| Some((u32::try_from(i).ok()?, images.path(i)))),
+    )
 }
 
 /// Encodes a minimal report after a fault inside the handler: META (marked minimal, with `head.meta.note`),
-/// EXCEPTION, the crashed thread with its registers and frame 0 only, and the image list (read from the
-/// preallocated table, so frame 0 can be symbolicated). No walking, no other threads.
+/// EXCEPTION, the crashed thread with its registers and frame 0 only (relative to its image), and the image list
+/// read from the preallocated table: in full the images frame 0 or a register points into (marked in
+/// `used_images`, as [`WorkBuffers::used_images`]), the others by path. No walking, no other threads.
 ///
 /// # Errors
 /// The first [`EncodeError`].
@@ -498,6 +588,7 @@ pub fn write_minimal_report<S: Sink>(
     regs: &crate::arch::RegisterValues,
     images: &ImageList,
     scratch: &mut [u8],
+    used_images: &mut [u64],
 ) -> Result<S, EncodeError> {
     let mut meta = head.meta;
     meta.minimal = true;
@@ -508,14 +599,20 @@ pub fn write_minimal_report<S: Sink>(
     let mut regs_buf = [None; MAX_REGS];
     let pc = regs.walk_start().map(|w| w.pc);
     let frames = [pc.unwrap_or(0)];
+    let used = UsedImages::new(images, used_images);
+    let registers = regs.to_options(&mut regs_buf);
+    for v in registers.iter().flatten() {
+        used.mark(*v);
+    }
     let t = Thread {
         index: 0,
         id: Some(crashed_tid),
         crashed: true,
         captured: true,
         register_set: regs.set,
-        registers: regs.to_options(&mut regs_buf),
+        registers,
         frames: if pc.is_some() { &frames } else { &[] },
+        images: Some(&used),
         ..Thread::default()
     };
     let mut enc = Encoder::begin(sink, scratch)?;
@@ -525,7 +622,7 @@ pub fn write_minimal_report<S: Sink>(
         enc.messages(head.messages)?;
     }
     enc.thread(&t)?;
-    write_images(&mut enc, images)?;
+    write_images(&mut enc, images, &used)?;
     enc.finish()
 }
 
@@ -614,18 +711,33 @@ mod tests {
             Vec::leak(vec![0u8; 256]),
             Vec::leak(vec![0u32; 4]),
         );
+        images.push(b"/lib/libunused.so", 0x10_0000, 0x10000, 0, &[0xbb; 20]);
         images.push(b"/bin/app", 0x40_0000, 0x10000, 0, &[0xaa; 20]);
+        images.push(b"/lib/libregs.so", 0x50_0000, 0x10000, 0, &[0xcc; 20]);
+        // A captured thread that did not crash: only rip, rsp and rbp are kept; rbx, pointing into libregs.so,
+        // is dropped and does not make the image used.
+        let mut g2 = [0u64; 23];
+        g2[x86_64::greg::RIP] = 0x40_0100;
+        g2[x86_64::greg::RSP] = 0x7100_0000;
+        g2[x86_64::greg::RBP] = 0x7100_0010;
+        g2[x86_64::greg::RBX] = 0x50_0040;
+        let (_, mut w2) = table.add_owned(13).expect("room");
+        w2.data().regs = x86_64::from_gregs(&g2);
+        w2.publish(CAPTURED);
+        table.publish();
         let mut scratch = vec![0u8; 65536];
         let mut frames = vec![0u64; 512];
         let mut trust = vec![0u8; 512];
         let mut reps = [Repeat::default(); 8];
         let mut rules = Box::new(RuleCache::EMPTY);
+        let mut used_images = [u64::MAX; 1];
         let mut bufs = WorkBuffers {
             scratch: &mut scratch,
             frames: &mut frames,
             trust: &mut trust,
             repeats: &mut reps,
             rules: &mut rules,
+            used_images: &mut used_images,
         };
         let head = ReportHead {
             meta: Meta { arch: b"x86_64", ..Meta::default() },
@@ -647,12 +759,179 @@ mod tests {
         use report_format::model::FrameTrust;
         assert_eq!(ct.frame_trust, vec![FrameTrust::Context, FrameTrust::FramePointer, FrameTrust::FramePointer]);
         assert_eq!(ct.register("rip"), Some(0x40_0000));
+        assert_eq!(ct.registers.len(), 24, "every register of the crashed thread");
         let other = &r.threads[1];
         assert!(!other.captured);
         assert_eq!(other.not_captured_reason.as_deref(), Some("no answer"));
-        assert_eq!(r.images.len(), 1);
-        assert_eq!(r.images[0].path.as_deref(), Some("/bin/app"));
+        let third = &r.threads[2];
+        let kept: Vec<(&str, u64)> = third.registers.iter().map(|r| (r.name.as_str(), r.value)).collect();
+        assert_eq!(kept, vec![("rbp", 0x7100_0010), ("rsp", 0x7100_0000), ("rip", 0x40_0100)]);
+        assert_eq!(third.frames[0], 0x40_0100);
+        // Used images in full (the app holds every frame), the others by path only, in list order.
+        let imgs: Vec<(u32, &str, bool, u64)> = r
+            .images
+            .iter()
+            .map(|i| (i.index, i.path.as_deref().unwrap_or(""), i.name_only, i.load_address))
+            .collect();
+        assert_eq!(
+            imgs,
+            vec![
+                (0, "/lib/libunused.so", true, 0),
+                (1, "/bin/app", false, 0x40_0000),
+                (2, "/lib/libregs.so", true, 0),
+            ]
+        );
+        let kinds: Vec<SectionKind> = d.sections.iter().map(|s| s.kind).collect();
+        use report_format::framing::SectionKind;
+        assert_eq!(
+            kinds,
+            vec![
+                SectionKind::Meta,
+                SectionKind::Exception,
+                SectionKind::Messages,
+                SectionKind::Thread,
+                SectionKind::Thread,
+                SectionKind::Thread,
+                SectionKind::Images,
+                SectionKind::ImageNames,
+                SectionKind::End,
+            ]
+        );
+        assert_eq!(r.format_version, (2, 0));
         assert_eq!(r.exception.as_ref().and_then(|e| e.signal), Some(11));
+    }
+
+    /// The minimal report follows the same rules: frame 0 relative to its image, that image and those the
+    /// registers point into in full, the rest by path.
+    #[test]
+    fn minimal_report_keeps_used_images_in_full() {
+        let mut images = ImageList::from_parts(
+            Vec::leak(vec![ImageEntry::default(); 4]),
+            Vec::leak(vec![0u8; 256]),
+            Vec::leak(vec![0u32; 4]),
+        );
+        images.push(b"/bin/app", 0x40_0000, 0x10000, 0, &[0xaa; 20]);
+        images.push(b"/lib/libc.so.6", 0x7f00_0000_0000, 0x10_0000, 0, &[0xbb; 20]);
+        images.push(b"/lib/libm.so.6", 0x7f10_0000_0000, 0x10_0000, 0, &[0xcc; 20]);
+        let mut g = [0u64; 23];
+        g[x86_64::greg::RIP] = 0x40_1234;
+        g[x86_64::greg::RDI] = 0x7f00_0000_0100;
+        let regs = x86_64::from_gregs(&g);
+        let head = ReportHead { meta: Meta::default(), exception: Exception::default(), messages: &[] };
+        let mut scratch = vec![0u8; 65536];
+        let mut used = [0u64; 1];
+        let out = write_minimal_report(Vec::new(), &head, 5, &regs, &images, &mut scratch, &mut used).expect("ok");
+        let d = report_format::decode(&out).expect("decodes");
+        assert!(d.is_intact(), "{:?}", d.problems);
+        assert_eq!(d.report.threads[0].frames, vec![0x40_1234]);
+        let only: Vec<bool> = d.report.images.iter().map(|i| i.name_only).collect();
+        assert_eq!(only, vec![false, false, true]);
+        assert_eq!(d.report.meta.as_ref().and_then(|m| m.image_count), Some(3));
+    }
+
+    /// The benchmark's shape: 64 threads parked 32 frames deep, 300 shared libraries, x86_64, through
+    /// `write_report` (walking frame-pointer chains) and the real encoder. Format 2.0's target is 24 KiB.
+    #[test]
+    fn a_64_thread_300_image_report_fits_in_24_kib() {
+        const THREADS: usize = 64;
+        const DEPTH: u64 = 32;
+        const APP: u64 = 0x5555_5555_0000;
+        const LIBC: u64 = 0x7f3a_1000_0000;
+        let mut images = ImageList::from_parts(
+            Vec::leak(vec![ImageEntry::default(); 512]),
+            Vec::leak(vec![0u8; 64 << 10]),
+            Vec::leak(vec![0u32; 512]),
+        );
+        images.push(b"/opt/bench/bin/crash-bench", APP, 0x20_0000, APP as i64, &[0x11; 20]);
+        images.push(b"/usr/lib/x86_64-linux-gnu/libc.so.6", LIBC, 0x16_0000, LIBC as i64, &[0x22; 20]);
+        for i in 2..300u64 {
+            let path = format!("/tmp/crash-bench/libs/libbench_{i:03}.so");
+            let load = 0x7f3b_0000_0000 + i * 0x20_0000;
+            assert!(images.push(path.as_bytes(), load, 0x1_0000, load as i64, &[i as u8; 20]));
+        }
+        let slots: &'static [ThreadSlot] = Vec::leak((0..THREADS).map(|_| ThreadSlot::new()).collect());
+        let table = ThreadTable::new(slots);
+        let mut mem = Mem(BTreeMap::new());
+        for t in 0..THREADS as u64 {
+            // Frame 0 in libc (parked in a futex wait), then a frame-pointer chain of return addresses into the
+            // app (a recursion of distinct functions), the outermost two in libc (start_thread, clone).
+            let stack = 0x7f00_0000_0000 + t * 0x10_0000;
+            let mut g = [0u64; 23];
+            for (k, v) in g.iter_mut().enumerate() {
+                *v = 0x7f3a_2000_0000 + (t << 16) + k as u64 * 0x88;
+            }
+            g[x86_64::greg::RIP] = LIBC + 0x9_1a2b;
+            g[x86_64::greg::RSP] = stack;
+            g[x86_64::greg::RBP] = stack + 0x40;
+            let mut words: Vec<(u64, u64)> = (0..8).map(|k| (stack + 8 * k, 0)).collect();
+            for f in 1..DEPTH {
+                let frame = stack + 0x40 * f;
+                let next = if f + 1 < DEPTH { frame + 0x40 } else { 0 };
+                let ret = if f + 2 >= DEPTH { LIBC + 0x2_9d90 + f * 0x40 } else { APP + 0x1_0000 + f * 0x1c30 + t * 8 };
+                words.push((frame, next));
+                words.push((frame + 8, ret));
+                mem.call_before(ret);
+            }
+            for (a, w) in words {
+                for (i, b) in w.to_le_bytes().iter().enumerate() {
+                    mem.0.insert(a + i as u64, *b);
+                }
+            }
+            let (_, mut w) = table.add_owned(1000 + t).expect("room");
+            w.data().regs = x86_64::from_gregs(&g);
+            w.data().crashed = t == 0;
+            w.data().set_name(if t == 0 { &b"main"[..] } else { &b"bench-worker"[..] });
+            w.publish(CAPTURED);
+        }
+        table.publish();
+        let mut scratch = vec![0u8; 65536];
+        let mut frames = vec![0u64; 512];
+        let mut trust = vec![0u8; 512];
+        let mut reps = [Repeat::default(); 32];
+        let mut rules = Box::new(RuleCache::EMPTY);
+        let mut used_images = [0u64; 8];
+        let mut bufs = WorkBuffers {
+            scratch: &mut scratch,
+            frames: &mut frames,
+            trust: &mut trust,
+            repeats: &mut reps,
+            rules: &mut rules,
+            used_images: &mut used_images,
+        };
+        let head = ReportHead {
+            meta: Meta {
+                arch: b"x86_64",
+                hardware_model: b"x86_64",
+                handler_version: b"0.1.0",
+                os: report_format::encode::Os { name: b"Linux", version: b"6.1.0-18-amd64", build: b"#1 SMP" },
+                ..Meta::default()
+            },
+            exception: Exception { signal: Some(11), si_code: Some(1), fault_address: Some(0), ..Exception::default() },
+            messages: &[],
+        };
+        let out = write_report(Vec::new(), &head, &table, &images, &mut mem, &WalkOptions::host(), &mut bufs)
+            .expect("written");
+        let d = report_format::decode(&out).expect("decodes");
+        assert!(d.is_intact(), "{:?}", d.problems);
+        let r = &d.report;
+        assert_eq!(r.threads.len(), THREADS);
+        assert!(r.threads.iter().all(|t| t.frames.len() == DEPTH as usize), "{:?}", r.threads[1].frames.len());
+        assert_eq!(r.threads[5].frames[3], APP + 0x1_0000 + 3 * 0x1c30 + 5 * 8);
+        assert_eq!(r.images.len(), 300);
+        assert_eq!(r.images.iter().filter(|i| !i.name_only).count(), 2, "the app and libc are used");
+        assert_eq!(r.images[299].path.as_deref(), Some("/tmp/crash-bench/libs/libbench_299.so"));
+        let payload = |k: SectionKind| -> usize {
+            d.sections.iter().filter(|s| s.kind == k).map(|s| 20 + s.len as usize).sum()
+        };
+        use report_format::framing::SectionKind;
+        println!(
+            "64 threads x 32 frames, 300 images: {} bytes (THREAD {}, IMAGES {}, IMAGE NAMES {})",
+            out.len(),
+            payload(SectionKind::Thread),
+            payload(SectionKind::Images),
+            payload(SectionKind::ImageNames)
+        );
+        assert!(out.len() <= 24 * 1024, "{} bytes", out.len());
     }
 
     /// `commit` renames a file only when its file header, META and EXCEPTION are on disk and intact: every cut of a
@@ -675,7 +954,8 @@ mod tests {
         };
         let regs = x86_64::from_gregs(&[7u64; 23]);
         let mut scratch = vec![0u8; 65536];
-        let full = write_minimal_report(Vec::new(), &head, 5, &regs, &images, &mut scratch).expect("encoded");
+        let full =
+            write_minimal_report(Vec::new(), &head, 5, &regs, &images, &mut scratch, &mut [0u64; 1]).expect("encoded");
         let meta = parse_section_header(&full[FILE_HEADER_LEN..]).expect("meta header");
         let exc_at = FILE_HEADER_LEN + SECTION_HEADER_LEN + meta.len as usize;
         let exc = parse_section_header(&full[exc_at..]).expect("exception header");

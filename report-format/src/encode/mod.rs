@@ -23,15 +23,16 @@ mod sections;
 mod sink;
 
 pub use sections::{
-    Exception, Image, KeyValue, Message, Meta, Os, Process, Repeat, Thread, ID_KIND_BUILD_ID, ID_KIND_UUID,
-    IMAGES_PER_SECTION,
+    frame_registers, Exception, Image, ImageLookup, IndexedImage, KeyValue, Message, Meta, Os, Process, Repeat, Thread,
+    ID_KIND_BUILD_ID, ID_KIND_UUID, IMAGES_PER_SECTION, IMAGE_NAMES_PER_SECTION,
 };
 pub use sink::{Sink, SinkError, SliceSink};
 
 use crate::framing::{self, SectionKind, SECTION_HEADER_LEN};
 use msgpack::{Cursor, NoRoom};
 use sections::{
-    encode_end, encode_exception, encode_image_chunk, encode_messages, encode_meta, encode_thread, encode_user,
+    encode_end, encode_exception, encode_image_chunk, encode_messages, encode_meta, encode_name_chunk, encode_thread,
+    encode_user,
 };
 
 /// Why encoding stopped.
@@ -130,7 +131,7 @@ impl<'s, S: Sink> Encoder<'s, S> {
         }
     }
 
-    /// Writes the image list as one or more IMAGES sections of at most [`IMAGES_PER_SECTION`] images, each as
+    /// Writes consecutive images as one or more IMAGES sections of at most [`IMAGES_PER_SECTION`] images, each as
     /// many as fit the scratch buffer. `first_index` is the list index of `images[0]`.
     ///
     /// # Errors
@@ -139,16 +140,61 @@ impl<'s, S: Sink> Encoder<'s, S> {
         let mut done = 0usize;
         while done < images.len() {
             let rest = images.get(done..).unwrap_or(&[]);
+            let base = first_index.saturating_add(u32::try_from(done).unwrap_or(u32::MAX));
             let (len, n) = {
                 let mut w = Cursor::new(self.scratch);
-                let index = first_index.saturating_add(u32::try_from(done).unwrap_or(u32::MAX));
-                encode_image_chunk(&mut w, index, rest)
+                encode_image_chunk(&mut w, rest.len(), |k| {
+                    Some((base.saturating_add(u32::try_from(k).ok()?), *rest.get(k)?))
+                })
             };
-            if n == 0 {
-                return Err(EncodeError::ScratchTooSmall(SectionKind::Images));
-            }
-            self.emit(SectionKind::Images, len)?;
-            done = done.saturating_add(n);
+            done = self.emit_images(len, n, done)?;
+        }
+        Ok(())
+    }
+
+    /// Writes images given with their list indices (in any order; SCHEMA.md §4.4 keeps each one's index) as one or
+    /// more IMAGES sections of at most [`IMAGES_PER_SECTION`] images, each as many as fit the scratch buffer.
+    ///
+    /// # Errors
+    /// [`EncodeError::ScratchTooSmall`] when a single image does not fit; [`EncodeError::Sink`].
+    pub fn indexed_images(&mut self, images: &[IndexedImage<'_>]) -> Result<(), EncodeError> {
+        let mut done = 0usize;
+        while done < images.len() {
+            let rest = images.get(done..).unwrap_or(&[]);
+            let (len, n) = {
+                let mut w = Cursor::new(self.scratch);
+                encode_image_chunk(&mut w, rest.len(), |k| rest.get(k).map(|i| (i.index, i.image)))
+            };
+            done = self.emit_images(len, n, done)?;
+        }
+        Ok(())
+    }
+
+    fn emit_images(&mut self, len: usize, n: usize, done: usize) -> Result<usize, EncodeError> {
+        if n == 0 {
+            return Err(EncodeError::ScratchTooSmall(SectionKind::Images));
+        }
+        self.emit(SectionKind::Images, len)?;
+        Ok(done.saturating_add(n))
+    }
+
+    /// Writes the paths of images that nothing points into as IMAGE NAMES sections (SCHEMA.md §4.4.1): `names`
+    /// gives each image's list index and path, in ascending index order (an index at or below the previous one
+    /// starts a new section). Nothing is written when `names` is empty.
+    ///
+    /// # Errors
+    /// [`EncodeError::ScratchTooSmall`] when a single path does not fit; [`EncodeError::Sink`].
+    pub fn image_names<'p, I: IntoIterator<Item = (u32, &'p [u8])>>(&mut self, names: I) -> Result<(), EncodeError> {
+        let mut it = names.into_iter();
+        let mut next = it.next();
+        while let Some(first) = next {
+            let (len, left) = {
+                let mut w = Cursor::new(self.scratch);
+                encode_name_chunk(&mut w, first, &mut it)
+                    .map_err(|_| EncodeError::ScratchTooSmall(SectionKind::ImageNames))?
+            };
+            self.emit(SectionKind::ImageNames, len)?;
+            next = left;
         }
         Ok(())
     }

@@ -84,6 +84,38 @@ impl<'b> Cursor<'b> {
         Ok(())
     }
 
+    /// The header of a `bin` of `n` bytes (shortest form); the bytes follow.
+    pub(super) fn bin_len(&mut self, n: usize) -> R {
+        let n = u32::try_from(n).map_err(|_| NoRoom)?;
+        mp::write_bin_len(self, n)?;
+        Ok(())
+    }
+
+    /// The header of a `bin` whose length is not known yet: a `bin32` with a zero length, to be set with
+    /// [`Cursor::patch_bin32`]. Returns its position.
+    pub(super) fn reserve_bin32(&mut self) -> Result<usize, NoRoom> {
+        let at = self.pos;
+        self.raw(&[0xc6, 0, 0, 0, 0])?;
+        Ok(at)
+    }
+
+    /// Sets the length of the `bin32` header reserved at `at` to the bytes written since it.
+    pub(super) fn patch_bin32(&mut self, at: usize) -> R {
+        let start = at.checked_add(5).ok_or(NoRoom)?;
+        let n = self.pos.checked_sub(start).ok_or(NoRoom)?;
+        let n = u32::try_from(n).map_err(|_| NoRoom)?;
+        let b = n.to_be_bytes();
+        self.patch(at, &[0xc6, b[0], b[1], b[2], b[3]])
+    }
+
+    /// An unsigned LEB128 number (7 bits a byte, least significant group first, high bit set on every byte but
+    /// the last), raw, inside a `bin` being written.
+    pub(super) fn leb128(&mut self, v: u64) -> R {
+        let mut buf = [0u8; 10];
+        let n = leb128_encode(v, &mut buf);
+        self.raw(buf.get(..n).unwrap_or(&[]))
+    }
+
     /// Text as a `str`, each byte of an invalid UTF-8 sequence replaced by `?`.
     pub(super) fn text(&mut self, v: &[u8]) -> R {
         write_text(self, v)
@@ -212,6 +244,28 @@ impl MapW {
     }
 }
 
+/// Encodes `v` as unsigned LEB128 into `out`; returns the byte count (1..=10).
+pub(super) fn leb128_encode(mut v: u64, out: &mut [u8; 10]) -> usize {
+    let mut n = 0usize;
+    for slot in out.iter_mut() {
+        let low = (v & 0x7f) as u8;
+        v >>= 7;
+        n = n.saturating_add(1);
+        if v == 0 {
+            *slot = low;
+            break;
+        }
+        *slot = low | 0x80;
+    }
+    n
+}
+
+/// Bytes of the unsigned LEB128 encoding of `v` (1..=10).
+pub(super) fn leb128_len(v: u64) -> usize {
+    let mut buf = [0u8; 10];
+    leb128_encode(v, &mut buf)
+}
+
 /// Writes text as a MessagePack str, replacing each byte of an invalid UTF-8 sequence with `?`.
 fn write_text(w: &mut Cursor<'_>, v: &[u8]) -> R {
     let len = u32::try_from(v.len()).map_err(|_| NoRoom)?;
@@ -239,6 +293,25 @@ fn write_text(w: &mut Cursor<'_>, v: &[u8]) -> R {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn leb128_edges() {
+        let enc = |v: u64| {
+            let mut b = [0u8; 10];
+            let n = leb128_encode(v, &mut b);
+            b[..n].to_vec()
+        };
+        assert_eq!(enc(0), [0]);
+        assert_eq!(enc(127), [0x7f]);
+        assert_eq!(enc(128), [0x80, 0x01]);
+        assert_eq!(enc(624_485), [0xe5, 0x8e, 0x26]);
+        let mut b = [0u8; 10];
+        let n = leb128_encode(u64::MAX, &mut b);
+        assert_eq!(&b[..n], &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+        assert_eq!(leb128_len(u64::MAX), 10);
+        assert_eq!(leb128_len(1 << 63), 10);
+        assert_eq!(leb128_len((1 << 63) - 1), 9);
+    }
 
     #[test]
     fn invalid_utf8_is_replaced_not_dropped() {

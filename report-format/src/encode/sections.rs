@@ -1,7 +1,7 @@
 //! What each section holds (the borrowed input types the handler fills from its preallocated tables) and how it
 //! is written as a MessagePack payload (SCHEMA.md §4).
 
-use super::msgpack::{Cursor, MapW, NoRoom, R};
+use super::msgpack::{leb128_len, Cursor, MapW, NoRoom, R};
 use crate::keys;
 
 /// The operating system the report comes from. Empty text fields are left out of the report.
@@ -93,6 +93,16 @@ pub struct Repeat {
     pub count: u32,
 }
 
+/// Finds the image that holds an address, so that frames are written relative to their image (SCHEMA.md §4.3.2).
+///
+/// Implementations used after a fault must not allocate, lock or panic: the handler's is a binary search over its
+/// preallocated image list that also marks the images it finds as used.
+pub trait ImageLookup: core::fmt::Debug {
+    /// `(list index, load address)` of the image whose text range holds `address`; `None` when none does (the
+    /// frame is then written as an absolute address). The load address must not exceed `address`.
+    fn image_at(&self, address: u64) -> Option<(u32, u64)>;
+}
+
 /// One THREAD section (kind 3).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Thread<'a> {
@@ -121,8 +131,33 @@ pub struct Thread<'a> {
     /// Repeating runs left out of `frames`.
     pub repeats: &'a [Repeat],
     /// How each frame was found, one byte per frame of `frames` (may be shorter, or empty when unknown):
-    /// `model::FrameTrust` values (1 context, 2 CFI, 3 frame pointer, 4 scan, 5 link register).
+    /// `model::FrameTrust` values (1 context, 2 CFI, 3 frame pointer, 4 scan, 5 link register); values above 7
+    /// are written as 0 (unknown).
     pub trust: &'a [u8],
+    /// Where each frame's image is; `None`: every frame is written as an absolute address.
+    pub images: Option<&'a dyn ImageLookup>,
+}
+
+/// Positions in the register set `set` (see [`crate::regs`]) of the registers kept for threads other than the
+/// crashed one (SCHEMA.md §4.3): pc, sp and fp, and lr on arm64, in ascending order; empty for an unknown set.
+/// Signal-safe.
+pub fn frame_registers(set: &[u8]) -> &'static [usize] {
+    match set {
+        // fp (x29), lr (x30), sp, pc.
+        b"arm64" => &[29, 30, 31, 32],
+        // rbp, rsp, rip.
+        b"x86_64" => &[6, 7, 16],
+        _ => &[],
+    }
+}
+
+/// An image with its index in the image list, for [`super::Encoder::indexed_images`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IndexedImage<'a> {
+    /// Index of the image in the report's image list (META `ic` counts the list).
+    pub index: u32,
+    /// The image.
+    pub image: Image<'a>,
 }
 
 /// One image (loaded executable or library) inside an IMAGES section (kind 4).
@@ -172,6 +207,9 @@ pub struct KeyValue<'a> {
 
 /// Most images one IMAGES section holds, so one damaged section loses few images.
 pub const IMAGES_PER_SECTION: usize = 64;
+
+/// Most entries one IMAGE NAMES section holds (SCHEMA.md §4.4.1).
+pub const IMAGE_NAMES_PER_SECTION: usize = 128;
 
 pub(super) fn encode_meta(w: &mut Cursor<'_>, m: &Meta<'_>) -> R {
     let mut map = MapW::open(w)?;
@@ -249,13 +287,18 @@ pub(super) fn encode_thread(w: &mut Cursor<'_>, t: &Thread<'_>) -> R {
             }
         }
     }
-    map.key(w, keys::thread::FRAMES)?;
-    w.array_len(t.frames.len())?;
-    for f in t.frames {
-        w.uint(*f)?;
+    // SCHEMA.md §4.3.2: per frame, LEB128 tag ((image index + 1) << 3 | trust), then LEB128 offset or address.
+    map.key(w, keys::thread::FRAMES_RELATIVE)?;
+    let mut total = 0usize;
+    for (k, f) in t.frames.iter().enumerate() {
+        let (tag, value) = frame_code(t, k, *f);
+        total = total.saturating_add(leb128_len(tag)).saturating_add(leb128_len(value));
     }
-    if !t.trust.is_empty() {
-        map.bin(w, keys::thread::FRAME_TRUST, t.trust.get(..t.trust.len().min(t.frames.len())).unwrap_or(&[]))?;
+    w.bin_len(total)?;
+    for (k, f) in t.frames.iter().enumerate() {
+        let (tag, value) = frame_code(t, k, *f);
+        w.leb128(tag)?;
+        w.leb128(value)?;
     }
     map.flag(w, keys::thread::FRAMES_TRUNCATED, t.frames_truncated)?;
     if !t.repeats.is_empty() {
@@ -271,8 +314,22 @@ pub(super) fn encode_thread(w: &mut Cursor<'_>, t: &Thread<'_>) -> R {
     map.close(w)
 }
 
-fn encode_image(w: &mut Cursor<'_>, img: &Image<'_>) -> R {
+/// The tag and value of frame `k` at `address` (SCHEMA.md §4.3.2).
+fn frame_code(t: &Thread<'_>, k: usize, address: u64) -> (u64, u64) {
+    let trust = t.trust.get(k).copied().filter(|b| *b <= 7).unwrap_or(0);
+    let rel = t.images.and_then(|l| l.image_at(address)).and_then(|(index, load)| {
+        let offset = address.checked_sub(load)?;
+        Some((u64::from(index).saturating_add(1), offset))
+    });
+    match rel {
+        Some((image_plus_one, offset)) => (image_plus_one.saturating_mul(8) | u64::from(trust), offset),
+        None => (u64::from(trust), address),
+    }
+}
+
+fn encode_image(w: &mut Cursor<'_>, index: u32, img: &Image<'_>) -> R {
     let mut map = MapW::open(w)?;
+    map.uint(w, keys::image::INDEX, u64::from(index))?;
     map.text(w, keys::image::PATH, img.path)?;
     map.text(w, keys::image::NAME, img.name)?;
     map.uint(w, keys::image::LOAD_ADDRESS, img.load_address)?;
@@ -286,8 +343,14 @@ fn encode_image(w: &mut Cursor<'_>, img: &Image<'_>) -> R {
     map.close(w)
 }
 
-/// Encodes as many images as fit (up to [`IMAGES_PER_SECTION`]); returns (payload length, images written).
-pub(super) fn encode_image_chunk(w: &mut Cursor<'_>, first_index: u32, images: &[Image<'_>]) -> (usize, usize) {
+/// Encodes as many images as fit (up to [`IMAGES_PER_SECTION`]) of the `count` that `get` gives (list index and
+/// image of each); returns (payload length, images written).
+pub(super) fn encode_image_chunk<'i>(
+    w: &mut Cursor<'_>,
+    count: usize,
+    get: impl Fn(usize) -> Option<(u32, Image<'i>)>,
+) -> (usize, usize) {
+    let Some((first_index, _)) = get(0) else { return (0, 0) };
     let head = (|| -> Result<usize, NoRoom> {
         let mut map = MapW::open(w)?;
         map.uint(w, keys::images::FIRST_INDEX, u64::from(first_index))?;
@@ -299,8 +362,9 @@ pub(super) fn encode_image_chunk(w: &mut Cursor<'_>, first_index: u32, images: &
     let Ok(count_at) = head else { return (0, 0) };
     let mut n = 0usize;
     let mut good_len = w.pos;
-    for img in images.iter().take(IMAGES_PER_SECTION) {
-        if encode_image(w, img).is_err() {
+    for k in 0..count.min(IMAGES_PER_SECTION) {
+        let Some((index, img)) = get(k) else { break };
+        if encode_image(w, index, &img).is_err() {
             break;
         }
         n = n.saturating_add(1);
@@ -310,6 +374,58 @@ pub(super) fn encode_image_chunk(w: &mut Cursor<'_>, first_index: u32, images: &
         return (0, 0);
     }
     (good_len, n)
+}
+
+/// One IMAGE NAMES entry: list index and path.
+pub(super) type NameEntry<'p> = (u32, &'p [u8]);
+
+/// One IMAGE NAMES section (SCHEMA.md §4.4.1) starting with entry `first`, then entries from `rest` while they
+/// fit, ascend and number at most [`IMAGE_NAMES_PER_SECTION`]. Returns the payload length and the entry that did
+/// not go in (it starts the next section). [`NoRoom`] when not even `first` fits.
+pub(super) fn encode_name_chunk<'p, I: Iterator<Item = NameEntry<'p>>>(
+    w: &mut Cursor<'_>,
+    first: NameEntry<'p>,
+    rest: &mut I,
+) -> Result<(usize, Option<NameEntry<'p>>), NoRoom> {
+    let mut map = MapW::open(w)?;
+    map.uint(w, keys::image_names::FIRST_INDEX, u64::from(first.0))?;
+    map.key(w, keys::image_names::LIST)?;
+    let bin_at = w.reserve_bin32()?;
+    let mut next = first.0;
+    let mut prev: &[u8] = &[];
+    let mut n = 0usize;
+    let mut item = Some(first);
+    let mut left = None;
+    while let Some((index, path)) = item {
+        let Some(skip) = index.checked_sub(next).filter(|_| n < IMAGE_NAMES_PER_SECTION) else {
+            left = item;
+            break;
+        };
+        let shared = prev.iter().zip(path).take_while(|(a, b)| a == b).count();
+        let suffix = path.get(shared..).unwrap_or(&[]);
+        let at = w.pos;
+        let written = (|| -> R {
+            w.leb128(u64::from(skip))?;
+            w.leb128(shared as u64)?;
+            w.leb128(suffix.len() as u64)?;
+            w.raw(suffix)
+        })();
+        if written.is_err() {
+            if n == 0 {
+                return Err(NoRoom);
+            }
+            w.pos = at;
+            left = item;
+            break;
+        }
+        n = n.saturating_add(1);
+        next = index.saturating_add(1);
+        prev = path;
+        item = rest.next();
+    }
+    w.patch_bin32(bin_at)?;
+    map.close(w)?;
+    Ok((w.pos, left))
 }
 
 pub(super) fn encode_messages(w: &mut Cursor<'_>, messages: &[Message<'_>]) -> R {

@@ -9,7 +9,7 @@ use report_format::regs;
 /// A realistic arm64 iOS-style report with every kind of section and field.
 pub fn sample_report(threads: u32, frames: u32, images: u32) -> Report {
     let mut r = Report {
-        format_version: (1, 1),
+        format_version: (2, 0),
         meta: Some(Meta {
             report_id: ReportId(*b"\x62\x51\x12\x5f\x09\x19\x48\x79\xb3\x6b\xf5\xf2\xd1\xe6\x90\x2e"),
             capture_time_ns: Some(1_659_543_061_245_500_000),
@@ -65,7 +65,20 @@ pub fn sample_report(threads: u32, frames: u32, images: u32) -> Report {
             not_captured_reason: None,
             register_set: Some("arm64".into()),
             registers,
-            frames: (0..frames).map(|f| 0x1_0000_0000 + u64::from(t) * 0x10000 + u64::from(f) * 4).collect(),
+            // Odd frames fall inside an image with a load address (written relative to it), even ones outside
+            // every image (written as absolute addresses).
+            frames: (0..frames)
+                .map(|f| match (f % 2, images) {
+                    (1, 1..) => {
+                        let mut i = (t + f) % images;
+                        if i % 4 == 3 {
+                            i -= 1;
+                        }
+                        0x1_8000_0000 + u64::from(i) * 0x10_0000 + u64::from(f) * 4
+                    }
+                    _ => 0x1_0000_0000 + u64::from(t) * 0x10000 + u64::from(f) * 4,
+                })
+                .collect(),
             // Every kind of trust, so the round trip covers the `tr` bytes.
             frame_trust: (0..frames)
                 .map(|f| if f == 0 { FrameTrust::Context } else { FrameTrust::from_byte((f % 5 + 1) as u8) })
@@ -74,11 +87,16 @@ pub fn sample_report(threads: u32, frames: u32, images: u32) -> Report {
             repeats: if t == 1 { vec![Repeat { start: 2, len: 3, count: 1000 }] } else { Vec::new() },
         });
     }
+    // Every fourth image is known by name only (as a 2.0 writer stores images nothing points into).
     for i in 0..images {
         let path = format!(
             "/System/Library/PrivateFrameworks/SomeVeryLongFrameworkNameForTesting{i}.framework/SomeVeryLongFrameworkNameForTesting{i}"
         );
         let name = path.rsplit('/').next().unwrap_or_default().to_string();
+        if i % 4 == 3 {
+            r.images.push(Image { index: i, name, path: Some(path), name_only: true, ..Image::default() });
+            continue;
+        }
         r.images.push(Image {
             index: i,
             name,
@@ -92,6 +110,7 @@ pub fn sample_report(threads: u32, frames: u32, images: u32) -> Report {
                 ImageId::BuildId(vec![0xab, i as u8, 0xcd, 0xef, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16])
             }),
             arch: (i == 1).then(|| "arm64e".to_string()),
+            name_only: false,
         });
     }
     r
