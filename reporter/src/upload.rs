@@ -50,9 +50,9 @@ impl UploadPolicy {
 pub enum Outcome {
     /// 2xx: stored (or already stored).
     Delivered(u16),
-    /// A permanent refusal (4xx other than 408 and 429).
+    /// A permanent refusal (4xx other than 401, 403, 408 and 429).
     Rejected(u16),
-    /// Try again later: 408, 429, 5xx or a transport error.
+    /// Try again later: 401 or 403 (the token), 408, 429, 5xx or a transport error.
     Retry(String),
 }
 
@@ -90,6 +90,7 @@ pub fn post(agent: &ureq::Agent, url: &str, report_id: &str, body: &[u8]) -> Out
 pub fn classify(status: u16) -> Outcome {
     match status {
         200..=299 => Outcome::Delivered(status),
+        401 | 403 => Outcome::Retry(format!("HTTP {status}: the collector refused the ingest token")),
         408 | 429 => Outcome::Retry(format!("HTTP {status}")),
         400..=499 => Outcome::Rejected(status),
         _ => Outcome::Retry(format!("HTTP {status}")),
@@ -207,6 +208,8 @@ mod tests {
         assert_eq!(classify(400), Outcome::Rejected(400));
         assert_eq!(classify(413), Outcome::Rejected(413));
         assert!(matches!(classify(429), Outcome::Retry(_)));
+        assert!(matches!(classify(401), Outcome::Retry(_)), "a token problem keeps the report");
+        assert!(matches!(classify(403), Outcome::Retry(_)));
         assert!(matches!(classify(408), Outcome::Retry(_)));
         assert!(matches!(classify(500), Outcome::Retry(_)));
         assert!(matches!(classify(503), Outcome::Retry(_)));
