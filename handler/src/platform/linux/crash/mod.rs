@@ -89,6 +89,10 @@ pub struct State {
     pub stop_signal: i32,
     /// Owner's wait for answers, in nanoseconds.
     pub stop_timeout_ns: u64,
+    /// `/proc/<tid>/status` `SigBlk` shows threads' real signal masks (checked at install by
+    /// [`tasks::sigblk_is_truthful`]; false under qemu-user). Only then does the owner give up early on threads
+    /// that block the stop signal; otherwise it waits the whole `stop_timeout_ns` for them.
+    pub sigblk_truthful: bool,
     /// Stopped threads' wait for release, in nanoseconds.
     pub release_timeout_ns: u64,
     /// The install-time image table (`dl_iterate_phdr`; the fallback when the link map cannot be read).
@@ -604,7 +608,7 @@ fn wait_for_answers(st: &State) {
             return;
         }
         if phase == 0 && now >= first_at {
-            phase = if note_blockers(st, &mut blocked) { 1 } else { 2 };
+            phase = if st.sigblk_truthful && note_blockers(st, &mut blocked) { 1 } else { 2 };
             continue;
         }
         if phase == 1 && now >= second_at {
