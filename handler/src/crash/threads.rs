@@ -23,6 +23,10 @@ pub const WRITING: u32 = 2;
 pub const CAPTURED: u32 = 3;
 /// The thread could not be captured; `reason` says why.
 pub const NOT_CAPTURED: u32 = 4;
+/// The thread was captured, then stopped waiting for release (its release timeout passed) and went on before the
+/// writer walked its stack: its registers no longer describe its stack, which may change or be unmapped. Reported
+/// as not captured; its stack is never read with plain loads (see [`ThreadTable::begin_walk`]).
+pub const LEFT: u32 = 5;
 
 /// Bytes of a thread name kept (Linux `TASK_COMM_LEN` is 16 including the NUL; Apple's `MAXTHREADNAMESIZE` is 64).
 pub const NAME_LEN: usize = 64;
@@ -131,12 +135,13 @@ impl ThreadSlot {
         self.tid.load(Ordering::Acquire)
     }
 
-    /// The slot's data once it is final ([`CAPTURED`] or [`NOT_CAPTURED`]); `None` while anyone may write it.
+    /// The slot's data once it is final ([`CAPTURED`], [`NOT_CAPTURED`] or [`LEFT`]); `None` while anyone may
+    /// write it.
     pub fn data(&self) -> Option<&SlotData> {
         match self.state() {
             // SAFETY: in a final state nobody writes `data` any more (writers only act in PENDING/WRITING, which
             // are past), and the acquire load above orders the writer's stores before this read.
-            CAPTURED | NOT_CAPTURED => Some(unsafe { &*self.data.get() }),
+            CAPTURED | NOT_CAPTURED | LEFT => Some(unsafe { &*self.data.get() }),
             _ => None,
         }
     }
@@ -178,7 +183,12 @@ pub struct ThreadTable {
     /// thread reads it before it publishes its slot and waits until it changes; [`ThreadTable::reset`] leaves it
     /// alone, so a slow waiter of one crash is never held by the next one.
     pub release: AtomicU32,
+    /// Slot whose stack the owner is walking now ([`NO_WALK`] when none): see [`ThreadTable::begin_walk`].
+    walking: AtomicUsize,
 }
+
+/// [`ThreadTable`]'s `walking` value when no stack is being walked.
+const NO_WALK: usize = usize::MAX;
 
 impl ThreadTable {
     /// A table over preallocated slots (install time).
@@ -190,6 +200,7 @@ impl ThreadTable {
             answers: AtomicU32::new(0),
             wake_at: AtomicU32::new(0),
             release: AtomicU32::new(0),
+            walking: AtomicUsize::new(NO_WALK),
         }
     }
 
@@ -254,9 +265,35 @@ impl ThreadTable {
         self.used().iter().any(|s| s.tid() == tid)
     }
 
-    /// Owner: lets stopped threads resume (a new release generation).
+    /// Owner: lets stopped threads resume (a new release generation); no stack is being walked any more.
     pub fn release_all(&self) {
+        self.walking.store(NO_WALK, Ordering::SeqCst);
         self.release.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Owner: about to walk slot `i`'s stack. `true` when the thread is still stopped ([`CAPTURED`]) and stays so
+    /// until [`ThreadTable::end_walk`]: a stopped thread whose release wait runs out meanwhile calls
+    /// [`ThreadTable::leave`], which holds it while its stack is walked. Both sides store their own word, then
+    /// load the other's, sequentially consistent (Dekker's pattern), so at least one of them sees the other: never
+    /// a plain load from a stack whose thread has gone on. Signal-safe.
+    pub fn begin_walk(&self, i: usize) -> bool {
+        self.walking.store(i, Ordering::SeqCst);
+        self.slots.get(i).is_some_and(|s| s.state.load(Ordering::SeqCst) == CAPTURED)
+    }
+
+    /// Owner: the walk that [`ThreadTable::begin_walk`] started is over. Signal-safe.
+    pub fn end_walk(&self) {
+        self.walking.store(NO_WALK, Ordering::SeqCst);
+    }
+
+    /// Stopped thread in slot `i`, whose release wait ran out: marks the slot [`LEFT`] (if it is still
+    /// [`CAPTURED`]). `false` while the owner walks this slot's stack: the caller must not go on yet (it pauses and
+    /// asks again; a walk only reads memory, so it ends within milliseconds). Signal-safe.
+    pub fn leave(&self, i: usize) -> bool {
+        if let Some(s) = self.slots.get(i) {
+            let _ = s.state.compare_exchange(CAPTURED, LEFT, Ordering::SeqCst, Ordering::SeqCst);
+        }
+        self.walking.load(Ordering::SeqCst) != i
     }
 
     /// Owner: adds a thread in state [`PENDING`]; `None` when the table is full.
@@ -343,6 +380,50 @@ mod tests {
     fn table(n: usize) -> ThreadTable {
         let slots: &'static [ThreadSlot] = Vec::leak((0..n).map(|_| ThreadSlot::new()).collect());
         ThreadTable::new(slots)
+    }
+
+    /// A stopped thread whose release wait runs out is held while the owner walks its stack, then marked LEFT;
+    /// a walk that begins after it left is told so (and reads nothing with plain loads).
+    #[test]
+    fn a_thread_that_goes_on_is_held_during_its_walk_and_marked_left() {
+        let t = table(4);
+        assert_eq!(t.add_pending(101), Some(0));
+        t.publish();
+        let (i, w) = t.claim(101, Some(0)).expect("pending slot");
+        w.publish(CAPTURED);
+        assert!(t.begin_walk(i), "captured and held");
+        assert!(!t.leave(i), "held while its stack is walked");
+        t.end_walk();
+        assert!(t.leave(i), "free to go once the walk ended");
+        assert_eq!(t.slot(i).map(ThreadSlot::state), Some(LEFT));
+        assert!(t.slot(i).and_then(ThreadSlot::data).is_some(), "its data stays readable");
+        assert!(!t.begin_walk(i), "a walk after it left must not use plain loads");
+        t.end_walk();
+        // Concurrently: whichever side goes first, a held walk never overlaps a thread that went on.
+        for _ in 0..200 {
+            let t: &'static ThreadTable = Box::leak(Box::new(table(1)));
+            assert_eq!(t.add_pending(7), Some(0));
+            t.publish();
+            let (_, w) = t.claim(7, Some(0)).expect("slot");
+            w.publish(CAPTURED);
+            let walking = std::sync::Arc::new(core::sync::atomic::AtomicBool::new(false));
+            let gone = std::sync::Arc::new(core::sync::atomic::AtomicBool::new(false));
+            let (wk, gn) = (walking.clone(), gone.clone());
+            let h = std::thread::spawn(move || {
+                while !t.leave(0) {
+                    std::hint::spin_loop();
+                }
+                gn.store(true, Ordering::SeqCst);
+                assert!(!wk.load(Ordering::SeqCst), "went on during a held walk");
+            });
+            if t.begin_walk(0) {
+                walking.store(true, Ordering::SeqCst);
+                assert!(!gone.load(Ordering::SeqCst), "held walk began after the thread went on");
+                walking.store(false, Ordering::SeqCst);
+            }
+            t.end_walk();
+            h.join().expect("thread");
+        }
     }
 
     #[test]

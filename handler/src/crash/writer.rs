@@ -13,8 +13,8 @@
 
 use crate::arch::MAX_REGS;
 use crate::crash::images::ImageList;
-use crate::crash::stack_bounds::{self, MappedStackReader};
-use crate::crash::threads::{ThreadTable, CAPTURED};
+use crate::crash::stack_bounds::{self, MappedStackReader, StackBounds};
+use crate::crash::threads::{ThreadTable, CAPTURED, LEFT};
 use crate::crash::user_table::{self, Snapshot};
 use crate::unwind::{self, MemoryReader, Repeat, RuleCache, WalkOptions};
 use core::cell::Cell;
@@ -445,6 +445,9 @@ pub struct ReportHead<'a> {
     pub messages: &'a [Message<'a>],
 }
 
+/// Reason text for a thread that went on (its release timeout passed) before its stack was walked.
+const LEFT_REASON: &[u8] = b"thread stopped waiting for release (release timeout) and went on before its stack was walked";
+
 /// Reason text for a slot still being written when the report was encoded.
 const STILL_WRITING: &[u8] = b"thread was still saving its registers when the report was written";
 
@@ -517,22 +520,37 @@ pub fn write_report<S: Sink, M: MemoryReader>(
                 };
                 // The stack bounds recorded when the thread started (threads made through the pthread_create
                 // wrapper), else the walker probes where the stack ends.
+                let mut went_on = false;
                 let o = match stack_bounds::stack_bounds(slot.tid()) {
                     Some(b) => {
-                        // SAFETY: the thread is captured: stopped in its stop handler, or the crashed thread,
-                        // which runs this handler on another stack; it stays so until the report is written.
-                        let mut stack = unsafe { MappedStackReader::new(mem, b) };
-                        unwind::walk(&d.regs, &mut stack, images, opts, Some((b.lo, b.hi)), out)
+                        // Plain loads only while the thread is held stopped (`begin_walk`); otherwise every read
+                        // goes through the fault-proof reader.
+                        let held = table.begin_walk(i);
+                        let bounds = StackBounds { mapped: b.mapped && held, ..b };
+                        // SAFETY: when `bounds.mapped`, the thread is stopped in its stop handler (or is the
+                        // crashed thread, running this handler on another stack) and `begin_walk` holds it so
+                        // until `end_walk` below.
+                        let mut stack = unsafe { MappedStackReader::new(mem, bounds) };
+                        let o = unwind::walk(&d.regs, &mut stack, images, opts, Some((b.lo, b.hi)), out);
+                        table.end_walk();
+                        went_on = !held && slot.state() == LEFT;
+                        o
                     }
                     None => unwind::walk(&d.regs, mem, images, opts, None, out),
                 };
-                n_frames = o.frames;
-                n_reps = o.repeats;
-                t.frames_truncated = o.truncated;
+                if went_on {
+                    // It resumed before the walk could hold it: its registers no longer describe its stack.
+                    t.captured = false;
+                    t.reason = LEFT_REASON;
+                } else {
+                    n_frames = o.frames;
+                    n_reps = o.repeats;
+                    t.frames_truncated = o.truncated;
+                }
             }
             Some(d) => {
                 t.name = d.name();
-                t.reason = d.reason;
+                t.reason = if slot.state() == LEFT { LEFT_REASON } else { d.reason };
             }
             None => t.reason = STILL_WRITING,
         }

@@ -510,7 +510,7 @@ pub unsafe extern "C" fn stop_handler(_sig: libc::c_int, info: *mut libc::siginf
         let table = &st.core.threads;
         // SAFETY: `info` is the kernel's siginfo for this signal (or null).
         let hint = unsafe { sys::queued_value(info) };
-        if let Some((_, mut w)) = table.claim(sys::gettid(), hint) {
+        if let Some((i, mut w)) = table.claim(sys::gettid(), hint) {
             let d = w.data();
             *d = SlotData::EMPTY;
             // SAFETY: `uc` is the kernel's ucontext for this signal (or null).
@@ -522,7 +522,14 @@ pub unsafe extern "C" fn stop_handler(_sig: libc::c_int, info: *mut libc::siginf
             if table.answer() {
                 sys::futex_wake(&table.answers, 1);
             }
-            let _ = wait_release(st, gen);
+            if !wait_release(st, gen) {
+                // Going on unreleased: not while the owner reads this stack with plain loads (bounded by one
+                // more release timeout; a walk only reads memory and ends within milliseconds).
+                let deadline = sys::monotonic_ns().saturating_add(st.release_timeout_ns);
+                while !table.leave(i) && sys::monotonic_ns() < deadline {
+                    sys::sleep_ns(1_000_000);
+                }
+            }
         }
     }
     set_errno(saved_errno);
