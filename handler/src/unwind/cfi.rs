@@ -237,18 +237,7 @@ impl RuleCache {
     /// An empty cache (62 KiB).
     pub const EMPTY: RuleCache = RuleCache {
         keys: [(0, 0); RuleCache::SLOTS],
-        rows: [Row {
-            cfa_reg: 0,
-            cfa_off: 0,
-            n: 0,
-            reg: [0; MAX_RULES],
-            kind: [Kind::Unknown; MAX_RULES],
-            arg: [0; MAX_RULES],
-            ra_rule: false,
-            ra_undefined: false,
-            sp_rule: false,
-            signal_frame: false,
-        }; RuleCache::SLOTS],
+        rows: [Row::EMPTY; RuleCache::SLOTS],
     };
 
     /// Forgets every row (a new crash: images may have moved since the last one). Signal-safe.
@@ -303,6 +292,20 @@ enum Recovered {
 }
 
 impl Row {
+    /// A row with no rules (filled in by [`Row::reduce`]).
+    const EMPTY: Row = Row {
+        cfa_reg: 0,
+        cfa_off: 0,
+        n: 0,
+        reg: [0; MAX_RULES],
+        kind: [Kind::Unknown; MAX_RULES],
+        arg: [0; MAX_RULES],
+        ra_rule: false,
+        ra_undefined: false,
+        sp_rule: false,
+        signal_frame: false,
+    };
+
     /// The row gimli evaluated, reduced, or `None` when it has an expression, more than [`MAX_RULES`] rules
     /// about registers the walker keeps, or an offset beyond 32 bits.
     fn reduce(
@@ -312,7 +315,8 @@ impl Row {
         signal_frame: bool,
     ) -> Option<Row> {
         let CfaRule::RegisterAndOffset { register, offset } = row.cfa() else { return None };
-        let mut out = RuleCache::EMPTY.rows[0];
+        // Not `RuleCache::EMPTY.rows[0]`: that would build the whole 62 KiB cache on the crash stack first.
+        let mut out = Row::EMPTY;
         out.cfa_reg = u8::try_from(register.0).ok().filter(|r| usize::from(*r) < NREGS)?;
         out.cfa_off = i32::try_from(*offset).ok()?;
         out.signal_frame = signal_frame;
