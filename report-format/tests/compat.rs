@@ -93,7 +93,7 @@ fn v1_0_images() {
     assert_eq!(r.image_for(0x1_0000_4f50).map(|i| i.name.as_str()), Some("Demo"));
 }
 
-// ---- format 1.1 (`data/report-v1.1.crashreport`, made by `examples/make_v1_1_fixture.rs`) ----
+// ---- format 1.1 (`data/report-v1.1.crashreport`, made by the former `examples/make_v1_1_fixture.rs`, see `data/README.md`) ----
 
 fn v1_1() -> Decoded {
     let bytes = include_bytes!("data/report-v1.1.crashreport");
