@@ -647,6 +647,15 @@ pub fn write_minimal_report<S: Sink>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An empty image list of `n` entries and `path_bytes` bytes of paths (leaked, as install leaks them).
+    fn image_list(n: usize, path_bytes: usize) -> ImageList {
+        ImageList::from_parts(
+            Vec::leak(vec![ImageEntry::default(); n]),
+            Vec::leak(vec![0u8; path_bytes]),
+            Vec::leak(vec![0u32; n]),
+        )
+    }
     use crate::arch::x86_64;
     use crate::crash::images::ImageEntry;
     use crate::crash::threads::{ThreadSlot, NOT_CAPTURED};
@@ -724,11 +733,7 @@ mod tests {
         ]);
         mem.call_before(0x40_1234);
         mem.call_before(0x40_5678);
-        let mut images = ImageList::from_parts(
-            Vec::leak(vec![ImageEntry::default(); 4]),
-            Vec::leak(vec![0u8; 256]),
-            Vec::leak(vec![0u32; 4]),
-        );
+        let mut images = image_list(4, 256);
         images.push(b"/lib/libunused.so", 0x10_0000, 0x10000, 0, &[0xbb; 20]);
         images.push(b"/bin/app", 0x40_0000, 0x10000, 0, &[0xaa; 20]);
         images.push(b"/lib/libregs.so", 0x50_0000, 0x10000, 0, &[0xcc; 20]);
@@ -823,11 +828,7 @@ mod tests {
     /// registers point into in full, the rest by path.
     #[test]
     fn minimal_report_keeps_used_images_in_full() {
-        let mut images = ImageList::from_parts(
-            Vec::leak(vec![ImageEntry::default(); 4]),
-            Vec::leak(vec![0u8; 256]),
-            Vec::leak(vec![0u32; 4]),
-        );
+        let mut images = image_list(4, 256);
         images.push(b"/bin/app", 0x40_0000, 0x10000, 0, &[0xaa; 20]);
         images.push(b"/lib/libc.so.6", 0x7f00_0000_0000, 0x10_0000, 0, &[0xbb; 20]);
         images.push(b"/lib/libm.so.6", 0x7f10_0000_0000, 0x10_0000, 0, &[0xcc; 20]);
@@ -855,11 +856,7 @@ mod tests {
         const DEPTH: u64 = 32;
         const APP: u64 = 0x5555_5555_0000;
         const LIBC: u64 = 0x7f3a_1000_0000;
-        let mut images = ImageList::from_parts(
-            Vec::leak(vec![ImageEntry::default(); 512]),
-            Vec::leak(vec![0u8; 64 << 10]),
-            Vec::leak(vec![0u32; 512]),
-        );
+        let mut images = image_list(512, 64 << 10);
         images.push(b"/opt/bench/bin/crash-bench", APP, 0x20_0000, APP as i64, &[0x11; 20]);
         images.push(b"/usr/lib/x86_64-linux-gnu/libc.so.6", LIBC, 0x16_0000, LIBC as i64, &[0x22; 20]);
         for i in 2..300u64 {
@@ -959,11 +956,7 @@ mod tests {
     fn commit_requires_the_head_sections() {
         use report_format::framing::{parse_section_header, FILE_HEADER_LEN, SECTION_HEADER_LEN};
         use std::os::unix::ffi::OsStrExt;
-        let mut images = ImageList::from_parts(
-            Vec::leak(vec![ImageEntry::default(); 4]),
-            Vec::leak(vec![0u8; 256]),
-            Vec::leak(vec![0u32; 4]),
-        );
+        let mut images = image_list(4, 256);
         images.push(b"/bin/app", 0x40_0000, 0x10000, 0, &[0xaa; 20]);
         let head = ReportHead {
             meta: Meta { arch: b"x86_64", note: b"some note text", ..Meta::default() },
