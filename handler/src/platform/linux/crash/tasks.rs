@@ -89,40 +89,6 @@ pub fn sigblk_has(status: &[u8], sig: i32) -> Option<bool> {
 /// cannot be told (the thread is gone, `/proc` is not mounted, no descriptor is free). Async-signal-safe: raw
 /// `open`/`read`/`close` into a 2 KiB stack buffer, no formatting.
 pub fn blocks_signal(tid: u64, sig: i32) -> Option<bool> {
-    blocks_signal_at(tid, sig)
-}
-
-/// Whether `/proc` reports the calling thread's own signal mask truthfully: with `sig` blocked (by
-/// `pthread_sigmask`) its `SigBlk` line must show it, and after the mask is restored must not. Install time, on the
-/// installing thread. False under qemu-user, where `/proc` shows the emulator's host mask instead of the guest's:
-/// there the owner must not give up early on threads that seem to block the stop signal.
-pub fn sigblk_is_truthful(sig: i32) -> bool {
-    let tid = super::sys::gettid();
-    // SAFETY: zeroed sigset_t values are valid; sigemptyset/sigaddset initialize `one`.
-    let (mut one, mut old): (libc::sigset_t, libc::sigset_t) = unsafe { (core::mem::zeroed(), core::mem::zeroed()) };
-    // SAFETY: valid pointers to our own sigset_t values.
-    unsafe {
-        libc::sigemptyset(&mut one);
-        libc::sigaddset(&mut one, sig);
-        if libc::pthread_sigmask(libc::SIG_BLOCK, &one, &mut old) != 0 {
-            return false;
-        }
-    }
-    let was_blocked = old_has(&old, sig);
-    let blocked = blocks_signal_at(tid, sig);
-    // SAFETY: restores the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
-    let restored = blocks_signal_at(tid, sig);
-    blocked == Some(true) && restored == Some(was_blocked)
-}
-
-/// Whether `set` holds `sig`.
-fn old_has(set: &libc::sigset_t, sig: i32) -> bool {
-    // SAFETY: `set` is an initialized sigset_t.
-    unsafe { libc::sigismember(set, sig) == 1 }
-}
-
-fn blocks_signal_at(tid: u64, sig: i32) -> Option<bool> {
     const PREFIX: &[u8] = b"/proc/self/task/";
     const SUFFIX: &[u8] = b"/status\0";
     let mut path = [0u8; 64];
@@ -169,25 +135,6 @@ fn blocks_signal_at(tid: u64, sig: i32) -> Option<bool> {
 
 #[cfg(test)]
 mod tests {
-    /// Natively `/proc` shows the thread's own mask, blocked and restored; the check leaves the mask as it found it.
-    /// (Under qemu-user, recognised here by its missing `process_vm_readv`, `/proc` shows the emulator's host mask:
-    /// the check may then say false, which only makes the owner wait longer; nothing is asserted there.)
-    #[test]
-    fn sigblk_reports_the_own_mask_natively() {
-        let sig = libc::SIGRTMIN() + 5;
-        let truthful = sigblk_is_truthful(sig);
-        if super::super::memory::process_vm_readv_works() {
-            assert!(truthful, "/proc SigBlk does not follow pthread_sigmask on this kernel");
-        } else {
-            eprintln!("under an emulator: /proc SigBlk truthful = {truthful}");
-        }
-        // SAFETY: reading the current mask into a zeroed set.
-        let mut now: libc::sigset_t = unsafe { core::mem::zeroed() };
-        // SAFETY: valid out pointer; a null new set only queries.
-        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, core::ptr::null(), &mut now) };
-        assert!(!old_has(&now, sig), "the check restored the mask");
-    }
-
     use super::*;
 
     fn entry(name: &[u8]) -> Vec<u8> {
