@@ -90,7 +90,7 @@ pub struct State {
     /// Owner's wait for answers, in nanoseconds.
     pub stop_timeout_ns: u64,
     /// `/proc/<tid>/status` `SigBlk` shows threads' real signal masks (checked at install by
-    /// [`tasks::sigblk_is_truthful`]; false under qemu-user). Only then does the owner give up early on threads
+    /// `platform::linux::sigblk_is_truthful`; false under qemu-user). Only then does the owner give up early on threads
     /// that block the stop signal; otherwise it waits the whole `stop_timeout_ns` for them.
     pub sigblk_truthful: bool,
     /// Stopped threads' wait for release, in nanoseconds.
