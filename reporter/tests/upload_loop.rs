@@ -261,7 +261,7 @@ fn the_whole_loop_with_a_real_crash() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "demo failed:\n{err}");
     assert!(err.contains("first launch ended with signal: 11"), "{err}");
-    assert!(err.contains("uploaded 1 report(s) before enable() returned"), "{err}");
+    assert!(text.contains("uploaded 1 report(s) before enable() returned"), "{text}");
     assert!(err.contains("the collector holds 1 report(s); group: SIGSEGV (SEGV_MAPERR) in demo "), "{err}");
     assert!(text.contains("Exception Type:  SIGSEGV (SEGV_MAPERR)"), "{text}");
     assert!(text.contains("Identifier:          com.example.demo"), "{text}");
