@@ -18,11 +18,14 @@
 //! | `GET /`, `GET /groups/{id}`, `GET /reports/{id}` | the same as HTML pages |
 //! | `GET /reports/{id}/download?format=crash\|ips\|raw` | downloads |
 //! | `GET /reports` | stored report ids, one per line, oldest first (for test harnesses) |
+//!
+//! [`pg_cluster`] starts a throwaway PostgreSQL server for the tests and the load benchmark.
 
 pub mod analysis;
 pub mod auth;
 pub mod client;
 pub mod db;
+pub mod pg_cluster;
 mod http;
 mod pages;
 pub mod store;
@@ -254,6 +257,19 @@ impl Running {
         &self.collector
     }
 
+    /// Blocks until the server stops (it runs until the process ends unless [`Running::stop`] is called from
+    /// elsewhere; `viewer serve` uses this).
+    ///
+    /// # Errors
+    /// The server's I/O error, if it failed.
+    pub fn wait(mut self) -> std::io::Result<()> {
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(std::io::Error::other("the server thread panicked")),
+            None => Ok(()),
+        }
+    }
+
     /// Stops serving and waits for the server thread.
     ///
     /// # Errors
@@ -277,5 +293,46 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.shutdown();
+    }
+}
+
+/// Token administration without a running server (`viewer serve token ...`): each call opens the database named
+/// by the config (running the migrations), does one thing and closes it.
+pub mod admin {
+    use super::{Config, Db, Error};
+
+    fn run<T>(config: &Config, f: impl AsyncFnOnce(&Db) -> Result<T, Error>) -> Result<T, Error> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        rt.block_on(async {
+            super::store::create_private_dir(&config.store)?;
+            let db = Db::connect(&config.database_url(), 1).await?;
+            let r = f(&db).await;
+            db.close().await;
+            r
+        })
+    }
+
+    /// Creates a token for `project`; returns the token (shown once).
+    ///
+    /// # Errors
+    /// Database errors; [`Error::Config`] for an empty project name.
+    pub fn create_token(config: &Config, project: &str, label: &str) -> Result<String, Error> {
+        run(config, async |db| super::create_token(db, project, label).await)
+    }
+
+    /// Revokes the tokens whose short id is `id` (at least 8 hex digits); returns how many.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn revoke_token(config: &Config, id: &str) -> Result<u64, Error> {
+        run(config, async |db| db.revoke_token(id, super::now_ms()).await)
+    }
+
+    /// Every token.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn list_tokens(config: &Config) -> Result<Vec<super::db::TokenInfo>, Error> {
+        run(config, async |db| db.tokens().await)
     }
 }
