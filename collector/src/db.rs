@@ -372,6 +372,41 @@ impl Db {
         Ok(res.rows_affected() == 1)
     }
 
+    /// Stores many report rows in one transaction (ids already present are skipped); returns how many were
+    /// stored. For imports and the load benchmark.
+    ///
+    /// # Errors
+    /// Database errors (nothing is stored then).
+    pub async fn insert_reports(&self, rows: &[ReportRow]) -> Result<u64, Error> {
+        let q = format!(
+            "INSERT INTO reports ({REPORT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             ON CONFLICT (id) DO NOTHING"
+        );
+        let mut tx = self.pool.begin().await?;
+        let mut n = 0;
+        for r in rows {
+            let res = sqlx::query(&q)
+                .bind(&r.id)
+                .bind(&r.project)
+                .bind(&r.file)
+                .bind(r.size)
+                .bind(r.received_ms)
+                .bind(r.captured_ms)
+                .bind(&r.problems)
+                .bind(&r.group_id)
+                .bind(&r.app_version)
+                .bind(&r.os_version)
+                .bind(&r.process)
+                .bind(&r.exception)
+                .bind(&r.image_ids)
+                .execute(&mut *tx)
+                .await?;
+            n += res.rows_affected();
+        }
+        tx.commit().await?;
+        Ok(n)
+    }
+
     /// Creates a group, or refreshes its title and stack (the signature of an id never changes).
     ///
     /// # Errors
