@@ -452,12 +452,12 @@ impl Db {
         }
     }
 
-    /// Every stored report id, oldest received first.
+    /// Every stored report id, oldest capture first (receipt time when the capture time is lost), then by id.
     ///
     /// # Errors
     /// Database errors.
     pub async fn report_ids(&self) -> Result<Vec<String>, Error> {
-        let rows = sqlx::query("SELECT id FROM reports ORDER BY received_ms, id").fetch_all(&self.pool).await?;
+        let rows = sqlx::query("SELECT id FROM reports ORDER BY COALESCE(captured_ms, received_ms), id").fetch_all(&self.pool).await?;
         rows.iter().map(|r| r.try_get("id").map_err(Error::Db)).collect()
     }
 

@@ -17,7 +17,7 @@
 //! | `GET /api/v1/reports/{id}?format=text\|json` | one report rendered (symbolicated) |
 //! | `GET /`, `GET /groups/{id}`, `GET /reports/{id}` | the same as HTML pages |
 //! | `GET /reports/{id}/download?format=crash\|ips\|raw` | downloads |
-//! | `GET /reports` | stored report ids, one per line, oldest first (for test harnesses) |
+//! | `GET /reports` | stored report ids, one per line, oldest capture first (for test harnesses) |
 //!
 //! [`pg_cluster`] starts a throwaway PostgreSQL server for the tests and the load benchmark.
 

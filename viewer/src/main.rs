@@ -51,16 +51,15 @@ enum Command {
         after_help = "Examples:\n  viewer atos -o MyApp.app.dSYM -l 0x1007d4000 0x1007da384\n  viewer atos --symbols build/ --uuid 82D13D98-219E-3040-B62A-07A297007A7C -l 0x1007d4000 0x1007da384\n  viewer atos -o ./myprog -l 0x0 0x1139"
     )]
     Atos(AtosArgs),
-    /// Run the collector: ingest, grouping, debug files, symbolication, web pages; `serve token ...` manages
-    /// ingest tokens.
+    /// Run the collector (ingest, grouping, symbolication, web pages); `serve token` manages ingest tokens.
     #[command(after_help = serve_cmd::SERVE_HELP)]
     Serve(serve_cmd::ServeArgs),
-    /// Upload debug files (dSYM bundles, Mach-O, ELF) to a collector, for server-side symbolication.
+    /// Upload debug files (dSYM bundles, Mach-O, ELF) to a collector for server-side symbolication.
     #[command(
         after_help = "Example:\n  viewer upload-symbols build/MyApp.app.dSYM --url http://127.0.0.1:8787 --token crt_..."
     )]
     UploadSymbols(serve_cmd::UploadSymbolsArgs),
-    /// List the report files in a directory (a collector store's reports/, or any directory of reports).
+    /// List the report files in a directory (e.g. a collector store's reports/).
     #[command(after_help = "Example:\n  viewer list ./collected-reports/reports")]
     List(ListArgs),
 }
