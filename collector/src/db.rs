@@ -6,17 +6,19 @@
 //! and debug files are not in the database: they are files under the store root, named by the collector, and
 //! the database holds their names.
 //!
-//! Schema (migration 1, [`MIGRATIONS`]):
+//! Schema (migrations 1 and 2, [`MIGRATIONS`]):
 //!
 //! | table | one row per | key |
 //! |---|---|---|
 //! | `tokens` | ingest token (only its SHA-256 is stored) | `hash` |
 //! | `reports` | stored report: project, file name, size, times, damage, group, versions, exception, image ids | `id` (report id) |
 //! | `groups` | crash group: project, signature, title, exception, the crashed stack of its newest report | `id` |
+//! | `group_stats` | (group, app version): report count, first and last seen | `(group_id, app_version)` |
 //! | `debug_files` | object in an uploaded debug file (one per universal slice) | `(debug_id, arch)` |
 //!
-//! Counts, first / last seen and per-version counts are computed from `reports` when asked (indexed by group),
-//! so they are exact after regrouping and with several collector processes writing at once.
+//! `group_stats` is what the groups page reads (a few rows per group instead of every report). It changes in the
+//! same transaction as `reports`: an ingest adds one to its row (`count = count + 1`, atomic with several
+//! collector processes on one PostgreSQL); moving a report to another group recomputes both rows from `reports`.
 
 use crate::Error;
 use sqlx::any::{AnyPoolOptions, AnyRow};
@@ -27,7 +29,10 @@ use std::path::Path;
 use std::time::Duration;
 
 /// The migrations, in order: `(version, description, SQL)`. The same SQL runs on SQLite and PostgreSQL.
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "initial schema", include_str!("../migrations/0001_init.sql"))];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "initial schema", include_str!("../migrations/0001_init.sql")),
+    (2, "group stats", include_str!("../migrations/0002_group_stats.sql")),
+];
 
 #[derive(Debug)]
 struct Embedded;
@@ -344,32 +349,16 @@ impl Db {
         Ok(sqlx::query("SELECT 1 AS one FROM reports WHERE id = $1").bind(id).fetch_optional(&self.pool).await?.is_some())
     }
 
-    /// Stores a report row unless its id is present. `Ok(true)` when this call stored it.
+    /// Stores a report row unless its id is present, and counts it in `group_stats`, in one transaction.
+    /// `Ok(true)` when this call stored it.
     ///
     /// # Errors
     /// Database errors.
     pub async fn insert_report(&self, r: &ReportRow) -> Result<bool, Error> {
-        let q = format!(
-            "INSERT INTO reports ({REPORT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
-             ON CONFLICT (id) DO NOTHING"
-        );
-        let res = sqlx::query(&q)
-            .bind(&r.id)
-            .bind(&r.project)
-            .bind(&r.file)
-            .bind(r.size)
-            .bind(r.received_ms)
-            .bind(r.captured_ms)
-            .bind(&r.problems)
-            .bind(&r.group_id)
-            .bind(&r.app_version)
-            .bind(&r.os_version)
-            .bind(&r.process)
-            .bind(&r.exception)
-            .bind(&r.image_ids)
-            .execute(&self.pool)
-            .await?;
-        Ok(res.rows_affected() == 1)
+        let mut tx = self.pool.begin().await?;
+        let stored = insert_one(&mut tx, r).await?;
+        tx.commit().await?;
+        Ok(stored)
     }
 
     /// Stores many report rows in one transaction (ids already present are skipped); returns how many were
@@ -378,30 +367,10 @@ impl Db {
     /// # Errors
     /// Database errors (nothing is stored then).
     pub async fn insert_reports(&self, rows: &[ReportRow]) -> Result<u64, Error> {
-        let q = format!(
-            "INSERT INTO reports ({REPORT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
-             ON CONFLICT (id) DO NOTHING"
-        );
         let mut tx = self.pool.begin().await?;
         let mut n = 0;
         for r in rows {
-            let res = sqlx::query(&q)
-                .bind(&r.id)
-                .bind(&r.project)
-                .bind(&r.file)
-                .bind(r.size)
-                .bind(r.received_ms)
-                .bind(r.captured_ms)
-                .bind(&r.problems)
-                .bind(&r.group_id)
-                .bind(&r.app_version)
-                .bind(&r.os_version)
-                .bind(&r.process)
-                .bind(&r.exception)
-                .bind(&r.image_ids)
-                .execute(&mut *tx)
-                .await?;
-            n += res.rows_affected();
+            n += u64::from(insert_one(&mut tx, r).await?);
         }
         tx.commit().await?;
         Ok(n)
@@ -427,16 +396,35 @@ impl Db {
         Ok(())
     }
 
-    /// Moves a report to another group.
+    /// Moves a report to another group, recomputing the `group_stats` rows of both groups for its app version
+    /// from `reports`, in one transaction.
     ///
     /// # Errors
     /// Database errors.
-    pub async fn set_report_group(&self, report_id: &str, group_id: &str) -> Result<(), Error> {
+    pub async fn move_report(&self, r: &ReportRow, group_id: &str) -> Result<(), Error> {
+        let mut tx = self.pool.begin().await?;
         sqlx::query("UPDATE reports SET group_id = $1 WHERE id = $2")
             .bind(group_id)
-            .bind(report_id)
-            .execute(&self.pool)
+            .bind(&r.id)
+            .execute(&mut *tx)
             .await?;
+        for g in [r.group_id.as_str(), group_id] {
+            sqlx::query("DELETE FROM group_stats WHERE group_id = $1 AND app_version = $2")
+                .bind(g)
+                .bind(&r.app_version)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "INSERT INTO group_stats (group_id, app_version, project, count, first_seen_ms, last_seen_ms) \
+                 SELECT group_id, app_version, MIN(project), COUNT(*), MIN(received_ms), MAX(received_ms) \
+                 FROM reports WHERE group_id = $1 AND app_version = $2 GROUP BY group_id, app_version",
+            )
+            .bind(g)
+            .bind(&r.app_version)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 
@@ -499,9 +487,10 @@ impl Db {
         let order = if q.by_last_seen { "last_seen DESC, g.id" } else { "n DESC, last_seen DESC, g.id" };
         let sql = format!(
             "SELECT g.id AS id, g.project AS project, g.title AS title, g.exception AS exception, \
-                    COUNT(*) AS n, MIN(r.received_ms) AS first_seen, MAX(r.received_ms) AS last_seen \
-             FROM reports r JOIN groups g ON g.id = r.group_id \
-             WHERE ($1 = '' OR r.app_version = $1) AND ($2 = '' OR r.project = $2) \
+                    CAST(SUM(s.count) AS BIGINT) AS n, MIN(s.first_seen_ms) AS first_seen, \
+                    MAX(s.last_seen_ms) AS last_seen \
+             FROM group_stats s JOIN groups g ON g.id = s.group_id \
+             WHERE ($1 = '' OR s.app_version = $1) AND ($2 = '' OR s.project = $2) AND s.count > 0 \
              GROUP BY g.id, g.project, g.title, g.exception ORDER BY {order} LIMIT $3 OFFSET $4"
         );
         let rows = sqlx::query(&sql)
@@ -552,7 +541,8 @@ impl Db {
     /// Database errors.
     pub async fn group_counts(&self, id: &str) -> Result<Option<(i64, i64, i64)>, Error> {
         let r = sqlx::query(
-            "SELECT COUNT(*) AS n, MIN(received_ms) AS f, MAX(received_ms) AS l FROM reports WHERE group_id = $1",
+            "SELECT CAST(COALESCE(SUM(count), 0) AS BIGINT) AS n, MIN(first_seen_ms) AS f, MAX(last_seen_ms) AS l \
+             FROM group_stats WHERE group_id = $1",
         )
         .bind(id)
         .fetch_one(&self.pool)
@@ -573,9 +563,16 @@ impl Db {
         if column != "app_version" && column != "os_version" {
             return Err(Error::Config(format!("not a version column: {column}")));
         }
-        let q = format!(
-            "SELECT {column} AS v, COUNT(*) AS n FROM reports WHERE group_id = $1 GROUP BY {column} ORDER BY n DESC, v"
-        );
+        let q = if column == "app_version" {
+            "SELECT app_version AS v, count AS n FROM group_stats WHERE group_id = $1 AND count > 0 \
+             ORDER BY n DESC, v"
+                .to_owned()
+        } else {
+            format!(
+                "SELECT {column} AS v, COUNT(*) AS n FROM reports WHERE group_id = $1 GROUP BY {column} \
+                 ORDER BY n DESC, v"
+            )
+        };
         let rows = sqlx::query(&q).bind(id).fetch_all(&self.pool).await?;
         let mut v = Vec::new();
         for r in rows {
@@ -590,7 +587,8 @@ impl Db {
     /// Database errors.
     pub async fn app_versions(&self) -> Result<Vec<String>, Error> {
         let rows = sqlx::query(
-            "SELECT app_version AS v, MAX(received_ms) AS l FROM reports GROUP BY app_version ORDER BY l DESC, v",
+            "SELECT app_version AS v, MAX(last_seen_ms) AS l FROM group_stats WHERE count > 0 GROUP BY app_version \
+             ORDER BY l DESC, v",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -647,6 +645,49 @@ impl Db {
         }
         Ok(out)
     }
+}
+
+/// Inserts one report row (unless its id is present) and counts it in `group_stats`. `Ok(true)` when stored.
+async fn insert_one(tx: &mut sqlx::Transaction<'_, sqlx::Any>, r: &ReportRow) -> Result<bool, Error> {
+    let q = format!(
+        "INSERT INTO reports ({REPORT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+         ON CONFLICT (id) DO NOTHING"
+    );
+    let res = sqlx::query(&q)
+        .bind(&r.id)
+        .bind(&r.project)
+        .bind(&r.file)
+        .bind(r.size)
+        .bind(r.received_ms)
+        .bind(r.captured_ms)
+        .bind(&r.problems)
+        .bind(&r.group_id)
+        .bind(&r.app_version)
+        .bind(&r.os_version)
+        .bind(&r.process)
+        .bind(&r.exception)
+        .bind(&r.image_ids)
+        .execute(&mut **tx)
+        .await?;
+    if res.rows_affected() != 1 {
+        return Ok(false);
+    }
+    sqlx::query(
+        "INSERT INTO group_stats (group_id, app_version, project, count, first_seen_ms, last_seen_ms) \
+         VALUES ($1, $2, $3, 1, $4, $4) ON CONFLICT (group_id, app_version) DO UPDATE SET \
+         count = group_stats.count + 1, \
+         first_seen_ms = CASE WHEN excluded.first_seen_ms < group_stats.first_seen_ms \
+                         THEN excluded.first_seen_ms ELSE group_stats.first_seen_ms END, \
+         last_seen_ms = CASE WHEN excluded.last_seen_ms > group_stats.last_seen_ms \
+                        THEN excluded.last_seen_ms ELSE group_stats.last_seen_ms END",
+    )
+    .bind(&r.group_id)
+    .bind(&r.app_version)
+    .bind(&r.project)
+    .bind(r.received_ms)
+    .execute(&mut **tx)
+    .await?;
+    Ok(true)
 }
 
 /// Creates `path` mode 0600 (and its directory 0700) unless it exists.

@@ -409,7 +409,7 @@ async fn regroup(s: &St, ids: &[String]) -> Result<(usize, usize), Response> {
             let g = group_row(&r.project, &a);
             s.db.upsert_group(&g).await.map_err(internal)?;
             if g.id != r.group_id {
-                s.db.set_report_group(&r.id, &g.id).await.map_err(internal)?;
+                s.db.move_report(&r, &g.id).await.map_err(internal)?;
                 regrouped += 1;
             }
         }

@@ -292,6 +292,23 @@ fn suite(database: Option<String>, second_database: Option<String>) {
     assert_eq!(alpha["count"], 3, "regrouping keeps the reports together");
     let alpha_id = alpha["id"].as_str().expect("id").to_owned();
 
+    // --- Concurrent uploads of the same reports: each stored exactly once, counted once.
+    let statuses: Vec<(u32, u16)> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..12u32)
+            .map(|i| {
+                let (me, base, token) = (&me, &base, &token);
+                sc.spawn(move || (30 + i % 3, post_report(base, token, &report(me, 30 + i % 3, 9, "3.0")).status))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("thread")).collect()
+    });
+    for n in 30..33 {
+        let s: Vec<u16> = statuses.iter().filter(|x| x.0 == n).map(|x| x.1).collect();
+        assert_eq!((s.iter().filter(|x| **x == 201).count(), s.iter().filter(|x| **x == 200).count()), (1, 3), "{s:?}");
+    }
+    let v3 = get_json(&format!("{base}/api/v1/groups?version=3.0%20(1)"));
+    assert_eq!(v3[0]["count"], 3, "{v3}");
+
     // --- Reports: text, JSON, downloads, pages.
     let rid = "00000001-0000-4000-0000-000000000000";
     let text = send("GET", &format!("{base}/api/v1/reports/{rid}?format=text"), &[], None);
@@ -315,7 +332,7 @@ fn suite(database: Option<String>, second_database: Option<String>) {
     let rpage = send("GET", &format!("{base}/reports/{rid}"), &[], None);
     assert!(rpage.body.contains("marker_alpha") && rpage.body.contains("format=crash"), "{}", rpage.body);
     let ids = send("GET", &format!("{base}/reports"), &[], None).body;
-    assert_eq!(ids.lines().count(), 6, "{ids}");
+    assert_eq!(ids.lines().count(), 9, "{ids}");
 
     // --- Hostile input: 4xx everywhere, never a 5xx, never a path from the request.
     let junk: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
