@@ -230,7 +230,8 @@ mod tests {
             normalize_report_id("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0").as_deref(),
             Some("0F1E2D3C-4B5A-6978-8796-A5B4C3D2E1F0")
         );
-        for bad in ["", "../../etc/passwd", "0f1e2d3c4b5a69788796a5b4c3d2e1f0", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1fg"] {
+        for bad in ["", "../../etc/passwd", "0f1e2d3c4b5a69788796a5b4c3d2e1f0", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1fg"]
+        {
             assert_eq!(normalize_report_id(bad), None, "{bad}");
         }
     }

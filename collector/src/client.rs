@@ -121,9 +121,8 @@ pub fn zip_dir(dir: &Path) -> io::Result<Vec<u8>> {
     }
     files.sort();
     let mut zw = zip::ZipWriter::new(io::Cursor::new(Vec::new()));
-    let opts = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Deflated)
-        .large_file(true);
+    let opts =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated).large_file(true);
     for f in files {
         let rel = f.strip_prefix(base).unwrap_or(&f);
         let name: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
@@ -185,10 +184,7 @@ mod tests {
         fs::write(t.path().join("lib.so"), b"\x7fELF rest").unwrap();
         fs::write(t.path().join("notes.txt"), b"hello").unwrap();
         let found = collect(&[t.path().to_path_buf()]).unwrap();
-        assert_eq!(
-            found,
-            vec![Upload::Bundle(t.path().join("A.app.dSYM")), Upload::Object(t.path().join("lib.so"))]
-        );
+        assert_eq!(found, vec![Upload::Bundle(t.path().join("A.app.dSYM")), Upload::Object(t.path().join("lib.so"))]);
         assert!(collect(&[t.path().join("notes.txt")]).is_err());
         assert!(collect(&[t.path().join("missing")]).is_err());
         let z = zip_dir(&t.path().join("A.app.dSYM")).unwrap();

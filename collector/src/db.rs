@@ -235,7 +235,9 @@ impl Db {
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             Backend::Postgres
         } else {
-            return Err(Error::Config(format!("unsupported database URL {url:?}: use sqlite://PATH or postgres://...")));
+            return Err(Error::Config(format!(
+                "unsupported database URL {url:?}: use sqlite://PATH or postgres://..."
+            )));
         };
         let opts = AnyPoolOptions::new()
             .max_connections(max_connections.max(1))
@@ -306,9 +308,10 @@ impl Db {
     /// # Errors
     /// Database errors.
     pub async fn tokens(&self) -> Result<Vec<TokenInfo>, Error> {
-        let rows = sqlx::query("SELECT hash, project, label, created_ms, revoked_ms FROM tokens ORDER BY created_ms, hash")
-            .fetch_all(&self.pool)
-            .await?;
+        let rows =
+            sqlx::query("SELECT hash, project, label, created_ms, revoked_ms FROM tokens ORDER BY created_ms, hash")
+                .fetch_all(&self.pool)
+                .await?;
         let mut v = Vec::new();
         for r in rows {
             let hash: String = r.try_get("hash")?;
@@ -346,7 +349,11 @@ impl Db {
     /// # Errors
     /// Database errors.
     pub async fn report_exists(&self, id: &str) -> Result<bool, Error> {
-        Ok(sqlx::query("SELECT 1 AS one FROM reports WHERE id = $1").bind(id).fetch_optional(&self.pool).await?.is_some())
+        Ok(sqlx::query("SELECT 1 AS one FROM reports WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .is_some())
     }
 
     /// Stores a report row unless its id is present, and counts it in `group_stats`, in one transaction.
@@ -445,7 +452,9 @@ impl Db {
     /// # Errors
     /// Database errors.
     pub async fn report_ids(&self) -> Result<Vec<String>, Error> {
-        let rows = sqlx::query("SELECT id FROM reports ORDER BY COALESCE(captured_ms, received_ms), id").fetch_all(&self.pool).await?;
+        let rows = sqlx::query("SELECT id FROM reports ORDER BY COALESCE(captured_ms, received_ms), id")
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(|r| r.try_get("id").map_err(Error::Db)).collect()
     }
 

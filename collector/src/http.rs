@@ -1,5 +1,8 @@
 //! Routes and handlers. Every handler answers bad input with a 4xx and never panics; CPU-heavy work (decoding,
 //! symbolication, rendering, unzipping) runs on tokio's blocking pool.
+// Helpers return `Result<_, Response>` so a handler can return the error answer as it is; a `Response` is what
+// every handler returns anyway, so boxing it would only add an allocation.
+#![allow(clippy::result_large_err)]
 
 use crate::analysis::{self, Analysis, Analyzer, RenderFormat};
 use crate::auth::{self, RateLimiter};
@@ -102,7 +105,8 @@ async fn authorize(s: &State, headers: &HeaderMap) -> Result<(String, String), R
 /// Reads a body of at most `limit` bytes; 413 beyond (also when `Content-Length` says so up front).
 async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> Result<Bytes, Response> {
     let too_large = || text(StatusCode::PAYLOAD_TOO_LARGE, format!("body larger than {limit} bytes\n"));
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
@@ -438,7 +442,9 @@ fn group_query(p: &GroupsParams) -> Result<GroupQuery, Response> {
     let by_last_seen = match p.sort.as_deref() {
         None | Some("") | Some("count") => false,
         Some("last_seen") => true,
-        Some(other) => return Err(text(StatusCode::BAD_REQUEST, format!("sort is count or last_seen, not {other:?}\n"))),
+        Some(other) => {
+            return Err(text(StatusCode::BAD_REQUEST, format!("sort is count or last_seen, not {other:?}\n")))
+        }
     };
     Ok(GroupQuery {
         app_version: p.version.clone().filter(|v| !v.is_empty()),
@@ -599,10 +605,7 @@ async fn download(AxState(s): AxState<St>, Path(id): Path<String>, Query(p): Que
         Some("ips") => (RenderFormat::Ips, "ips", "application/json"),
         Some("raw") => {
             let disp = format!("attachment; filename=\"{}.crashreport\"", row.id);
-            return (
-                [(header::CONTENT_TYPE, CONTENT_TYPE.to_owned()), (header::CONTENT_DISPOSITION, disp)],
-                bytes,
-            )
+            return ([(header::CONTENT_TYPE, CONTENT_TYPE.to_owned()), (header::CONTENT_DISPOSITION, disp)], bytes)
                 .into_response();
         }
         Some(other) => return text(StatusCode::BAD_REQUEST, format!("format is crash, ips or raw, not {other:?}\n")),

@@ -25,9 +25,9 @@ pub mod analysis;
 pub mod auth;
 pub mod client;
 pub mod db;
-pub mod pg_cluster;
 mod http;
 mod pages;
+pub mod pg_cluster;
 pub mod store;
 
 use analysis::Analyzer;
@@ -222,9 +222,8 @@ impl Running {
     /// # Errors
     /// [`Error`] opening the collector or binding.
     pub fn start(config: Config, analyzer: Arc<dyn Analyzer>, addr: &str, workers: usize) -> Result<Running, Error> {
-        let runtime = Arc::new(
-            tokio::runtime::Builder::new_multi_thread().worker_threads(workers.max(1)).enable_all().build()?,
-        );
+        let runtime =
+            Arc::new(tokio::runtime::Builder::new_multi_thread().worker_threads(workers.max(1)).enable_all().build()?);
         let (collector, listener) = runtime.block_on(async {
             let c = Collector::open(config, analyzer).await?;
             let l = tokio::net::TcpListener::bind(addr).await?;

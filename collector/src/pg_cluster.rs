@@ -32,7 +32,10 @@ impl std::fmt::Display for PgError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             PgError::NotInstalled => {
-                write!(f, "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb; apt-get install postgresql)")
+                write!(
+                    f,
+                    "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb; apt-get install postgresql)"
+                )
             }
             PgError::Failed(s) => write!(f, "{s}"),
         }

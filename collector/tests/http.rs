@@ -89,7 +89,12 @@ fn report(me: &SelfImage, n: u32, variant: u8, version: &str) -> Vec<u8> {
     let r = Report {
         format_version: (1, 1),
         meta: Some(meta),
-        exception: Some(Exception { signal: Some(11), si_code: Some(1), crashed_thread: Some(0), ..Exception::default() }),
+        exception: Some(Exception {
+            signal: Some(11),
+            si_code: Some(1),
+            crashed_thread: Some(0),
+            ..Exception::default()
+        }),
         threads: vec![crashed],
         images: vec![
             Image {
@@ -190,12 +195,8 @@ fn suite(database: Option<String>, second_database: Option<String>) {
 
     // --- Authentication.
     let r1 = report(&me, 1, 0, "1.0");
-    let none = send(
-        "POST",
-        &format!("{base}/api/v1/reports"),
-        &[("Content-Type", "application/x-crash-report")],
-        Some(&r1),
-    );
+    let none =
+        send("POST", &format!("{base}/api/v1/reports"), &[("Content-Type", "application/x-crash-report")], Some(&r1));
     assert_eq!(none.status, 401, "{}", none.body);
     assert!(none.headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("www-authenticate") && v == "Bearer"));
     assert_eq!(post_report(&base, "crt_wrong", &r1).status, 401);
@@ -287,7 +288,8 @@ fn suite(database: Option<String>, second_database: Option<String>) {
     let groups = get_json(&format!("{base}/api/v1/groups"));
     let titles: Vec<&str> = groups.as_array().expect("a").iter().map(|g| g["title"].as_str().unwrap_or("")).collect();
     assert!(titles.iter().any(|t| t.contains("marker_alpha")), "symbolicated after the upload: {titles:?}");
-    let alpha = groups.as_array().expect("a").iter().find(|g| g["title"].as_str().unwrap_or("").contains("marker_alpha"));
+    let alpha =
+        groups.as_array().expect("a").iter().find(|g| g["title"].as_str().unwrap_or("").contains("marker_alpha"));
     let alpha = alpha.expect("alpha group");
     assert_eq!(alpha["count"], 3, "regrouping keeps the reports together");
     let alpha_id = alpha["id"].as_str().expect("id").to_owned();
@@ -351,7 +353,8 @@ fn suite(database: Option<String>, second_database: Option<String>) {
         "/api/v1/reports/00000001-0000-4000-0000-000000000000?format=exe",
     ] {
         for method in ["GET", "POST", "PUT"] {
-            for headers in [vec![], vec![("Authorization", auth.as_str()), ("Content-Type", "application/x-crash-report")]]
+            for headers in
+                [vec![], vec![("Authorization", auth.as_str()), ("Content-Type", "application/x-crash-report")]]
             {
                 let a = send(method, &format!("{base}{path}"), &headers, Some(&junk));
                 assert!(

@@ -241,7 +241,10 @@ mod tests {
 
     #[test]
     fn token_comes_from_the_user_part() {
-        assert_eq!(split_token("https://crt_abc@c.example/api/v1/reports"), ("https://c.example/api/v1/reports".into(), Some("crt_abc".into())));
+        assert_eq!(
+            split_token("https://crt_abc@c.example/api/v1/reports"),
+            ("https://c.example/api/v1/reports".into(), Some("crt_abc".into()))
+        );
         assert_eq!(split_token("http://t:x@127.0.0.1:8787/"), ("http://127.0.0.1:8787/".into(), Some("t".into())));
         assert_eq!(split_token("http://127.0.0.1:8787/a@b"), ("http://127.0.0.1:8787/a@b".into(), None));
         assert_eq!(split_token("https://c.example"), ("https://c.example".into(), None));

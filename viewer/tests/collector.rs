@@ -22,7 +22,11 @@ fn report(id: u8) -> Vec<u8> {
 
 fn viewer(args: &[&str], store: &Path) -> (bool, String, String) {
     let out = Command::new(VIEWER).args(args).arg("--store").arg(store).output().expect("runs");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// `viewer serve` on a free port; killed on drop.
