@@ -32,8 +32,17 @@ pub(crate) struct State {
 
 type St = Arc<State>;
 
+async fn log_request(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    let t = std::time::Instant::now();
+    let res = next.run(req).await;
+    eprintln!("collector: {method} {path} -> {} ({:.1} ms)", res.status().as_u16(), t.elapsed().as_secs_f64() * 1e3);
+    res
+}
+
 pub(crate) fn router(state: St) -> Router {
-    Router::new()
+    let log = state.config.log_requests;
+    let r = Router::new()
         .route("/", get(pages_groups).post(ingest))
         .route("/reports", get(report_ids).post(ingest))
         .route("/api/v1/reports", post(ingest))
@@ -46,7 +55,12 @@ pub(crate) fn router(state: St) -> Router {
         .route("/reports/{id}", get(page_report))
         .route("/reports/{id}/download", get(download))
         .fallback(|| async { text(StatusCode::NOT_FOUND, "not found\n") })
-        .with_state(state)
+        .with_state(state);
+    if log {
+        r.layer(axum::middleware::from_fn(log_request))
+    } else {
+        r
+    }
 }
 
 fn text(status: StatusCode, body: impl Into<String>) -> Response {

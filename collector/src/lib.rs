@@ -101,11 +101,13 @@ pub struct Config {
     pub rate_burst: u32,
     /// Database connections.
     pub max_connections: u32,
+    /// Print one line per request on stderr (`METHOD PATH -> STATUS, ms`).
+    pub log_requests: bool,
 }
 
 impl Config {
     /// Defaults for a store root: SQLite in it, 16 MiB reports, 1 GiB debug files, 600 reports a minute per token
-    /// with bursts of 1200, 8 connections.
+    /// with bursts of 1200, 8 connections, no request log.
     pub fn new(store: impl Into<PathBuf>) -> Config {
         Config {
             store: store.into(),
@@ -116,6 +118,7 @@ impl Config {
             rate_per_minute: 600,
             rate_burst: 1200,
             max_connections: 8,
+            log_requests: false,
         }
     }
 

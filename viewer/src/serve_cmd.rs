@@ -113,6 +113,7 @@ pub(crate) fn run_serve(a: ServeArgs) -> u8 {
     config.max_debug_file = a.max_debug_file;
     config.rate_per_minute = a.rate_limit;
     config.rate_burst = a.rate_burst;
+    config.log_requests = true;
     let running = match collector::Running::start(
         config.clone(),
         Arc::new(viewer::collector::ViewerAnalyzer),
