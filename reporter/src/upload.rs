@@ -5,8 +5,9 @@
 //! file that is not a report at all, or has lost its report id with its META section, is set aside in
 //! `damaged/`, never sent); set it aside as expired when older than the maximum age; POST it. A report with
 //! checksum damage is sent too: the collector stores it flagged and the viewer shows what survived. A 2xx deletes
-//! the local copy; a permanent 4xx sets it aside; 408, 429, 5xx, timeouts and refused connections give it back
-//! with the next attempt pushed out (`initial × 2^(attempts−1)`, capped).
+//! the local copy; a permanent 4xx sets it aside; 401 and 403 (a missing, wrong or revoked ingest token: a setting
+//! to fix, not a bad report), 408, 429, 5xx, timeouts and refused connections give it back with the next attempt
+//! pushed out (`initial × 2^(attempts−1)`, capped).
 //!
 //! Ingest token: when the upload URL has a user part (`https://TOKEN@collector.example/api/v1/reports`), it is
 //! sent as `Authorization: Bearer TOKEN` (and removed from the URL), so apps whose only setting is the URL can
@@ -56,9 +57,9 @@ impl UploadPolicy {
 pub enum Outcome {
     /// 2xx: stored (or already stored).
     Delivered(u16),
-    /// A permanent refusal (4xx other than 408 and 429).
+    /// A permanent refusal (4xx other than 401, 403, 408 and 429).
     Rejected(u16),
-    /// Try again later: 408, 429, 5xx or a transport error.
+    /// Try again later: 401 or 403 (the token), 408, 429, 5xx or a transport error.
     Retry(String),
 }
 
@@ -116,6 +117,7 @@ pub fn post(agent: &ureq::Agent, url: &str, report_id: &str, body: &[u8]) -> Out
 pub fn classify(status: u16) -> Outcome {
     match status {
         200..=299 => Outcome::Delivered(status),
+        401 | 403 => Outcome::Retry(format!("HTTP {status}: the collector refused the ingest token")),
         408 | 429 => Outcome::Retry(format!("HTTP {status}")),
         400..=499 => Outcome::Rejected(status),
         _ => Outcome::Retry(format!("HTTP {status}")),
@@ -234,6 +236,8 @@ mod tests {
         assert_eq!(classify(400), Outcome::Rejected(400));
         assert_eq!(classify(413), Outcome::Rejected(413));
         assert!(matches!(classify(429), Outcome::Retry(_)));
+        assert!(matches!(classify(401), Outcome::Retry(_)), "a token problem keeps the report");
+        assert!(matches!(classify(403), Outcome::Retry(_)));
         assert!(matches!(classify(408), Outcome::Retry(_)));
         assert!(matches!(classify(500), Outcome::Retry(_)));
         assert!(matches!(classify(503), Outcome::Retry(_)));

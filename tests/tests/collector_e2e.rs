@@ -68,6 +68,12 @@ fn setup() -> Setup {
         let name = format!("run{i}-{trigger}.crashreport");
         std::fs::copy(&run.reports[0], store.pending_dir().join(name)).expect("copy into pending/");
     }
+    // A wrong token first: 401 keeps every report for a later attempt (a setting to fix, not a bad report).
+    let mut wrong = UploadPolicy::new(format!("http://crt_wrong@{}/api/v1/reports", srv.addr));
+    wrong.retry_initial = Duration::ZERO;
+    let sum = upload_pending(&store, &wrong, None).expect("upload pass");
+    assert_eq!((sum.delivered.len(), sum.kept.len(), sum.set_aside.len()), (0, 6, 0), "{sum:?}");
+    assert!(sum.kept.iter().all(|(_, why)| why.starts_with("HTTP 401")), "{sum:?}");
     let url = format!("http://{token}@{}/api/v1/reports", srv.addr);
     let sum = upload_pending(&store, &UploadPolicy::new(url), None).expect("upload pass");
     assert_eq!(sum.delivered.len(), 6, "{sum:?}");
