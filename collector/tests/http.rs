@@ -123,6 +123,51 @@ fn report(me: &SelfImage, n: u32, variant: u8, version: &str) -> Vec<u8> {
     report_format::owned::to_bytes(&r).expect("encode")
 }
 
+const IOS_ID: &str = "A1A2A3A4-B1B2-4C1C-8D1D-E1E2E3E4E5E6";
+
+/// An iOS report of Xcode's `iOSCrashingTest` app (UUID 82D13D98-219E-3040-B62A-07A297007A7C at 0x1007d4000).
+fn ios_report() -> Vec<u8> {
+    let id = [0xA1, 0xA2, 0xA3, 0xA4, 0xB1, 0xB2, 0x4C, 0x1C, 0x8D, 0x1D, 0xE1, 0xE2, 0xE3, 0xE4, 0xE5, 0xE6];
+    let exe = "/private/var/containers/Bundle/Application/X/iOSCrashingTest.app/iOSCrashingTest";
+    let uuid = [0x82, 0xD1, 0x3D, 0x98, 0x21, 0x9E, 0x30, 0x40, 0xB6, 0x2A, 0x07, 0xA2, 0x97, 0x00, 0x7A, 0x7C];
+    let r = Report {
+        format_version: (1, 1),
+        meta: Some(Meta {
+            report_id: ReportId(id),
+            capture_time_ns: Some(1_700_000_000_000_000_000),
+            arch: Some("arm64".into()),
+            os: Os { name: Some("iPhone OS".into()), version: Some("15.5".into()), build: Some("19F77".into()) },
+            process: Process {
+                name: Some("iOSCrashingTest".into()),
+                path: Some(exe.into()),
+                short_version: Some("1.0".into()),
+                build_version: Some("1".into()),
+                ..Process::default()
+            },
+            ..Meta::default()
+        }),
+        exception: Some(Exception { signal: Some(5), crashed_thread: Some(0), ..Exception::default() }),
+        threads: vec![Thread {
+            crashed: true,
+            captured: true,
+            frames: vec![0x1007da384],
+            frame_trust: vec![FrameTrust::Context],
+            ..Thread::default()
+        }],
+        images: vec![Image {
+            name: "iOSCrashingTest".into(),
+            path: Some(exe.into()),
+            load_address: 0x1007d4000,
+            size: 0x8000,
+            id: Some(ImageId::Uuid(uuid)),
+            arch: Some("arm64".into()),
+            ..Image::default()
+        }],
+        ..Report::default()
+    };
+    report_format::owned::to_bytes(&r).expect("encode")
+}
+
 fn agent() -> ureq::Agent {
     collector::client::agent(Duration::from_secs(30))
 }
@@ -311,6 +356,18 @@ fn suite(database: Option<String>, second_database: Option<String>) {
     let v3 = get_json(&format!("{base}/api/v1/groups?version=3.0%20(1)"));
     assert_eq!(v3[0]["count"], 3, "{v3}");
 
+    // --- A zipped dSYM bundle (Xcode's, from the viewer's fixtures): indexed by UUID; an iOS report of that app is
+    // symbolicated on the server (0x1007da384 in the image at 0x1007d4000 is main, AppDelegate.swift:9).
+    let dsym = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../viewer/tests/fixtures/third_party/macsymbolicator/ios15-swift-assert/iOSCrashingTest.app.dSYM");
+    let up = collector::client::send(&agent(), &base, &token, &collector::client::Upload::Bundle(dsym));
+    assert_eq!(up.status, Some(201), "{}", up.answer);
+    assert!(up.answer.contains("82d13d98219e3040b62a07a297007a7c") && up.answer.contains("arm64"), "{}", up.answer);
+    let ios = ios_report();
+    assert_eq!(post_report(&base, &token, &ios).status, 201);
+    let ios_text = send("GET", &format!("{base}/api/v1/reports/{IOS_ID}?format=text"), &[], None);
+    assert!(ios_text.body.contains("main + ") && ios_text.body.contains("AppDelegate.swift:9"), "{}", ios_text.body);
+
     // --- Reports: text, JSON, downloads, pages.
     let rid = "00000001-0000-4000-0000-000000000000";
     let text = send("GET", &format!("{base}/api/v1/reports/{rid}?format=text"), &[], None);
@@ -334,7 +391,7 @@ fn suite(database: Option<String>, second_database: Option<String>) {
     let rpage = send("GET", &format!("{base}/reports/{rid}"), &[], None);
     assert!(rpage.body.contains("marker_alpha") && rpage.body.contains("format=crash"), "{}", rpage.body);
     let ids = send("GET", &format!("{base}/reports"), &[], None).body;
-    assert_eq!(ids.lines().count(), 9, "{ids}");
+    assert_eq!(ids.lines().count(), 10, "{ids}");
 
     // --- Hostile input: 4xx everywhere, never a 5xx, never a path from the request.
     let junk: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
