@@ -225,7 +225,7 @@ def check_report(res: Result, exp: Expect, doc: dict, rc: int, stderr: str, bund
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--viewer", required=True, help="viewer binary")
-    ap.add_argument("--store", required=True, type=Path, help="collector store (viewer serve --store)")
+    ap.add_argument("--store", required=True, type=Path, help="the reports directory of a collector store (viewer serve --store DIR: DIR/reports)")
     ap.add_argument("--symbols", action="append", default=[], help="dSYM or directory searched for dSYMs")
     ap.add_argument("--run-id", required=True, help="harness.run value of this run")
     ap.add_argument("--bundle-id", help="expected bundle id (default: not compared)")

@@ -12,7 +12,8 @@
 #   --device UDID           run on a connected device instead (needs --team and an https collector URL, see README)
 #   --team TEAMID           DEVELOPMENT_TEAM for device signing
 #   --bundle-id-prefix P    bundle id prefix for device runs (default com.example.crashreporter)
-#   --collector-url URL     URL the app and the tests use (default: the local collector, http://127.0.0.1:8787/)
+#   --collector-url URL     URL the app and the tests use (default: the local collector, http://127.0.0.1:8787/);
+#                           the local collector's ingest token is added as its user part unless it has one
 #   --only TRIGGER[,..]     run only these triggers (names as in Shared/HarnessTrigger.swift, e.g. badPointer)
 #   --skip-build            reuse target/ios/CrashReporter.xcframework and target/release/viewer
 # Needs: macOS with Xcode 15+ (xcode-select -p pointing at it), Rust (rustup), XcodeGen (brew install xcodegen),
@@ -131,9 +132,17 @@ fi
 
 # 4. Collector with an empty store. On a device run the https URL must forward to this collector.
 store="$build/store"
-rm -rf "$store" "$build/reports" "$build/HarnessUITests.xcresult"
+rm -rf "$store" "$build/reports" "$build/HarnessUITests.xcresult" "$build/collector.log"
+# The collector accepts uploads only with an ingest token; the app gets it as the upload URL's user part
+# (http://TOKEN@127.0.0.1:8787/), which the reporter sends as `Authorization: Bearer`.
+token="$("$viewer" serve token create --project harness --store "$store" 2>>"$build/collector.log")" \
+  || die "viewer serve token create failed: $(cat "$build/collector.log")"
+case "$collector_url" in
+  *://*@*) ;;  # a URL that already carries a token (a device run through your own collector)
+  *://*) collector_url="${collector_url%%://*}://$token@${collector_url#*://}" ;;
+esac
 log "starting viewer serve on 127.0.0.1:$port, store $store"
-"$viewer" serve --addr "127.0.0.1:$port" --store "$store" >"$build/collector.out" 2>"$build/collector.log" &
+"$viewer" serve --addr "127.0.0.1:$port" --store "$store" >"$build/collector.out" 2>>"$build/collector.log" &
 collector_pid=$!
 cleanup() { kill "$collector_pid" 2>/dev/null || true; }
 trap cleanup EXIT
@@ -163,7 +172,7 @@ dsym="$build/DerivedData/Build/Products/$products/HarnessApp.app.dSYM"
 [ -d "$dsym" ] || die "no dSYM at $dsym (did the build fail?)"
 log "checking the reports (symbols: $dsym)"
 check_status=0
-python3 "$here/check_reports.py" --viewer "$viewer" --store "$store" --symbols "$dsym" --run-id "$run_id" \
+python3 "$here/check_reports.py" --viewer "$viewer" --store "$store/reports" --symbols "$dsym" --run-id "$run_id" \
   --bundle-id "$bundle_prefix.harness" --out "$build/reports" ${only:+--triggers "$only"} || check_status=$?
 
 log "collector log: $build/collector.log; rendered reports: $build/reports; test results: $build/HarnessUITests.xcresult"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Benchmarks (BENCHMARKS.md): capture latency, report size, install cost, idle cost and viewer speed, against the
 # peers (crash-handler + minidumper + minidump-writer, llvm-symbolizer), printed as Markdown tables on stdout
-# (progress on stderr). Linux only.
+# (progress on stderr). Linux only. Then the collector's load benchmark (collector/examples/load_bench.rs): reports a
+# second ingested over loopback HTTP with SQLite and PostgreSQL, and the groups page's p50/p99 with 100,000 stored
+# reports (10,000 with --quick); PostgreSQL rows are skipped when it is not installed (.ci/run installs it).
 #
 # Builds `bench` (orchestrator, our crash children and probes), `bench-peer` (the peer's crash child and its
 # minidumper server) and `viewer` in release mode, then runs `bench` with the arguments given:
@@ -33,4 +35,13 @@ done
 
 cd "$repo"
 CARGO_TARGET_DIR="$target_dir" "$cargo" build --release --locked -p bench -p viewer --bins >&2
-exec "$target_dir/release/bench" --viewer "$target_dir/release/viewer" "$@"
+CARGO_TARGET_DIR="$target_dir" "$cargo" build --release --locked -p collector --example load_bench >&2
+"$target_dir/release/bench" --viewer "$target_dir/release/viewer" "$@"
+load_args=()
+for a in "$@"; do
+    case "$a" in
+        --quick) load_args=(--quick) ;;
+        --help|-h) exit 0 ;;
+    esac
+done
+"$target_dir/release/examples/load_bench" "${load_args[@]}"

@@ -1,6 +1,7 @@
 //! The upload protocol between `reporter` (client) and the collector (`viewer serve`). SCHEMA.md §7.
 //!
-//! One report per request: `POST <upload URL>` with the report file's bytes unchanged as the body.
+//! One report per request: `POST <upload URL>` with the report file's bytes unchanged as the body, the ingest token
+//! (the upload URL's user part) in `Authorization: Bearer`. Answers and what the client does with each: SCHEMA.md §7.
 
 /// `Content-Type` of an upload.
 pub const CONTENT_TYPE: &str = "application/x-crash-report";

@@ -1,17 +1,18 @@
 //! The whole loop on this machine, with embedded defaults: `cargo run -p reporter --example demo`.
 //!
-//! 1. Starts a collector (`viewer serve`'s library) on a free loopback port, storing into a temporary directory.
+//! 1. Starts a collector (the `collector` crate `viewer serve` runs, SQLite in a temporary directory) on a free
+//!    loopback port, and creates an ingest token for the project `demo`.
 //! 2. Runs the demo app (this same binary, `app` mode): it enables the reporter, sets user key/values, starts named
 //!    worker threads, and crashes for real with a null-pointer write at the end of a short call chain.
-//! 3. Runs the app again: on launch the reporter finds the pending report and uploads it to the collector.
-//! 4. Renders the report the collector stored with `viewer`'s library, symbolicated against this binary's own
-//!    debug info, and prints it.
+//! 3. Runs the app again: on launch the reporter finds the pending report and uploads it to the collector (the
+//!    token travels as the user part of the upload URL, sent as `Authorization: Bearer`).
+//! 4. Uploads this binary as a debug file (what `viewer upload-symbols` does), then fetches the report from the
+//!    collector's API, symbolicated on the server, and prints it with the crash group it landed in.
 //!
 //! `demo app [--crash] DIR URL` is the app mode, used by steps 2 and 3. `DEMO_KEEP=1` keeps the work directory.
 #![allow(unsafe_code)] // the demo app crashes on purpose with a null-pointer write
 
 use reporter::{AppInfo, Limits, Reporter};
-use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
@@ -120,12 +121,13 @@ fn run() -> Result<(), String> {
     let store = work.join("collector-store");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
 
-    let collector = viewer::collector::Collector::bind("127.0.0.1:0", &store).map_err(|e| e.to_string())?;
-    let addr = collector.local_addr().ok_or("collector has no address")?;
-    let url = format!("http://{addr}/reports");
-    let stop = collector.stop_flag();
-    let server = std::thread::spawn(move || collector.serve(2, |line| eprintln!("collector: {line}")));
-    eprintln!("demo: collector listening on {url}, storing into {}", store.display());
+    let config = collector::Config::new(&store);
+    let analyzer = std::sync::Arc::new(viewer::collector::ViewerAnalyzer);
+    let server = collector::Running::start(config, analyzer, "127.0.0.1:0", 2).map_err(|e| e.to_string())?;
+    let token = server.block_on(server.collector().create_token("demo", "demo app")).map_err(|e| e.to_string())?;
+    let base = server.base_url();
+    let url = format!("http://{token}@{}/api/v1/reports", server.addr);
+    eprintln!("demo: collector listening on {base}, storing into {}", store.display());
 
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let first = Command::new(&exe)
@@ -141,17 +143,28 @@ fn run() -> Result<(), String> {
     }
     let second =
         Command::new(&exe).arg("app").arg(&reports).arg(&url).status().map_err(|e| format!("relaunch: {e}"))?;
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let _ = server.join();
     if !second.success() {
         return Err(format!("the relaunched app did not upload the report ({second})"));
     }
 
-    let stored = viewer::collector::list(&store).map_err(|e| e.to_string())?;
-    let report = stored.first().ok_or("the collector holds no report")?;
-    eprintln!("demo: the collector holds {} report(s); rendering {}\n", stored.len(), report.id);
-    let text = render(&report.path)?;
+    // Debug files: this binary carries its own DWARF; the collector indexes it by build ID.
+    let agent = collector::client::agent(Duration::from_secs(60));
+    let sent = collector::client::send(&agent, &base, &token, &collector::client::Upload::Object(exe.clone()));
+    if sent.status != Some(201) {
+        return Err(format!("debug-file upload failed: {:?} {}", sent.status, sent.answer));
+    }
+    let ids = get(&agent, &format!("{base}/reports"))?;
+    let id = ids.lines().next().ok_or("the collector holds no report")?.to_owned();
+    let groups = get(&agent, &format!("{base}/api/v1/groups"))?;
+    let title = serde_json::from_str::<serde_json::Value>(&groups)
+        .ok()
+        .and_then(|v| v.get(0)?.get("title")?.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    eprintln!("demo: the collector holds {} report(s); group: {title}", ids.lines().count());
+    eprintln!("demo: pages at {base}/ while it runs; report {id}, symbolicated on the server:\n");
+    let text = get(&agent, &format!("{base}/api/v1/reports/{id}?format=text"))?;
     print!("{text}");
+    drop(server);
     if std::env::var_os("DEMO_KEEP").is_some() {
         eprintln!("\ndemo: kept {}", work.display());
     } else {
@@ -160,10 +173,10 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
-fn render(path: &Path) -> Result<String, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut loaded = viewer::load(&bytes).map_err(|e| e.to_string())?;
-    let exe: PathBuf = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut symbols = viewer::SymbolStore::new(vec![exe]);
-    Ok(viewer::render_loaded(&mut loaded, viewer::Layout::Modern, viewer::Format::Text, Some(&mut symbols)))
+fn get(agent: &ureq::Agent, url: &str) -> Result<String, String> {
+    let mut r = agent.get(url).call().map_err(|e| format!("GET {url}: {e}"))?;
+    if r.status() != 200 {
+        return Err(format!("GET {url}: HTTP {}", r.status()));
+    }
+    r.body_mut().read_to_string().map_err(|e| format!("GET {url}: {e}"))
 }

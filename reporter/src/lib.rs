@@ -249,7 +249,8 @@ fn is_crash_loop(store: &Store, prev_launch_ns: Option<u64>, window: Duration) -
 
 impl Builder {
     /// The collector URL (`https://…`, or plain `http://` to a loopback address). Without one, reports are kept
-    /// locally.
+    /// locally. The collector's ingest token goes in the URL's user part, `https://TOKEN@host/api/v1/reports`: it is
+    /// sent as `Authorization: Bearer TOKEN` (see [`upload`]).
     pub fn upload_url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
         self

@@ -19,7 +19,9 @@
 //! loses nothing.
 //!
 //! Temporary files the handler leaves when it dies mid-write (anything in `pending/` not ending in `.crashreport`, older
-//! than [`TORN_AFTER`]) are torn reports: they are set aside as damaged, not deleted.
+//! than [`TORN_AFTER`]) are torn reports: one that still starts with the report magic is renamed to
+//! `torn-<name>.crashreport` in `pending/`, so it is uploaded (the collector stores damaged reports flagged and the
+//! viewer salvages what was written); anything else is set aside as damaged. Nothing is deleted.
 
 use report_format::Decoded;
 use serde::{Deserialize, Serialize};
@@ -220,7 +222,9 @@ impl Store {
         Ok(n)
     }
 
-    /// Sets aside torn temporary files left in `pending/` by a handler that died mid-write. Returns how many.
+    /// Handles torn temporary files left in `pending/` by a handler that died mid-write: those starting with the
+    /// report magic become pending reports `torn-<name>.crashreport`, the rest are set aside as damaged. Returns
+    /// how many were handled.
     ///
     /// # Errors
     /// I/O errors listing `pending/`.
@@ -235,7 +239,15 @@ impl Store {
             let old = e.metadata().and_then(|m| m.modified()).ok().and_then(|m| m.elapsed().ok());
             if old.is_some_and(|a| a > TORN_AFTER) {
                 let dst = format!("torn-{}{REPORT_SUFFIX}", name.trim_start_matches('.'));
-                self.move_aside(&e.path(), "damaged", &dst, "torn write: the handler did not finish this report")?;
+                let mut head = [0u8; 4];
+                let magic = fs::File::open(e.path())
+                    .and_then(|mut f| io::Read::read_exact(&mut f, &mut head))
+                    .is_ok_and(|()| head == report_format::framing::MAGIC[..4]);
+                if magic {
+                    fs::rename(e.path(), self.pending_dir().join(&dst))?;
+                } else {
+                    self.move_aside(&e.path(), "damaged", &dst, "torn write: the handler did not finish this report")?;
+                }
                 n += 1;
             }
         }
@@ -413,21 +425,28 @@ mod tests {
     }
 
     #[test]
-    fn torn_temporaries_are_set_aside_not_deleted() {
+    fn torn_temporaries_are_kept_for_upload_or_set_aside_never_deleted() {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = Store::open(dir.path()).expect("open");
         let tmp = s.pending_dir().join(".abc.tmp");
+        let junk = s.pending_dir().join(".junk.tmp");
         fs::write(&tmp, b"\x89CRP partial").expect("write");
+        fs::write(&junk, b"zeroes").expect("write");
         fs::write(s.pending_dir().join(".fresh.tmp"), b"in progress").expect("write");
-        fs::File::options()
-            .write(true)
-            .open(&tmp)
-            .expect("open")
-            .set_modified(SystemTime::now() - Duration::from_secs(3600))
-            .expect("mtime");
-        assert_eq!(s.sweep_torn().expect("sweep"), 1);
-        assert_eq!(s.list("damaged").expect("list"), vec!["torn-abc.tmp.crashreport".to_string()]);
-        let why = fs::read_to_string(s.root().join("damaged/torn-abc.tmp.crashreport.why")).expect("why");
+        for p in [&tmp, &junk] {
+            fs::File::options()
+                .write(true)
+                .open(p)
+                .expect("open")
+                .set_modified(SystemTime::now() - Duration::from_secs(3600))
+                .expect("mtime");
+        }
+        assert_eq!(s.sweep_torn().expect("sweep"), 2);
+        let pending: Vec<String> = s.pending().expect("list").into_iter().map(|p| p.name).collect();
+        assert_eq!(pending, vec!["torn-abc.tmp.crashreport".to_string()], "a torn report is uploaded");
+        assert_eq!(fs::read(s.pending_dir().join("torn-abc.tmp.crashreport")).expect("read"), b"\x89CRP partial");
+        assert_eq!(s.list("damaged").expect("list"), vec!["torn-junk.tmp.crashreport".to_string()]);
+        let why = fs::read_to_string(s.root().join("damaged/torn-junk.tmp.crashreport.why")).expect("why");
         assert!(why.contains("torn write"));
         assert!(s.pending_dir().join(".fresh.tmp").exists(), "a write in progress is left alone");
     }

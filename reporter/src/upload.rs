@@ -1,10 +1,17 @@
 //! Uploading pending reports: one POST per report (protocol in `report-format/SCHEMA.md` §7), with exponential
 //! backoff recorded on disk so it holds across launches.
 //!
-//! For each pending report, newest first: skip it while its backoff runs; claim it (atomic rename); verify every
-//! CRC (a damaged report is set aside, never sent); set it aside as expired when older than the maximum age; POST
-//! it. A 2xx deletes the local copy; a permanent 4xx sets it aside; 408, 429, 5xx, timeouts and refused
-//! connections give it back with the next attempt pushed out (`initial × 2^(attempts−1)`, capped).
+//! For each pending report, newest first: skip it while its backoff runs; claim it (atomic rename); decode it (a
+//! file that is not a report at all, or has lost its report id with its META section, is set aside in
+//! `damaged/`, never sent); set it aside as expired when older than the maximum age; POST it. A report with
+//! checksum damage is sent too: the collector stores it flagged and the viewer shows what survived. A 2xx deletes
+//! the local copy; a permanent 4xx sets it aside; 401 and 403 (a missing, wrong or revoked ingest token: a setting
+//! to fix, not a bad report), 408, 429, 5xx, timeouts and refused connections give it back with the next attempt
+//! pushed out (`initial × 2^(attempts−1)`, capped).
+//!
+//! Ingest token: when the upload URL has a user part (`https://TOKEN@collector.example/api/v1/reports`), it is
+//! sent as `Authorization: Bearer TOKEN` (and removed from the URL), so apps whose only setting is the URL can
+//! authenticate to the collector.
 
 use crate::store::{Aside, Claim, RetryState, Store};
 use report_format::transport::{CONTENT_TYPE, REPORT_ID_HEADER};
@@ -77,9 +84,29 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-/// Sends one report.
+/// Splits the ingest token (the URL's user part) off an upload URL: `(url without it, token)`.
+pub fn split_token(url: &str) -> (String, Option<String>) {
+    let Some((scheme, rest)) = url.split_once("://") else { return (url.to_owned(), None) };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((user, host)) if !user.is_empty() => {
+            // A `user:password` pair keeps only the user part as the token.
+            let token = user.split(':').next().unwrap_or(user).to_owned();
+            (format!("{scheme}://{host}{tail}"), Some(token))
+        }
+        _ => (url.to_owned(), None),
+    }
+}
+
+/// Sends one report. The token in the URL's user part, if any, goes in `Authorization: Bearer`.
 pub fn post(agent: &ureq::Agent, url: &str, report_id: &str, body: &[u8]) -> Outcome {
-    let res = agent.post(url).header("Content-Type", CONTENT_TYPE).header(REPORT_ID_HEADER, report_id).send(body);
+    let (url, token) = split_token(url);
+    let mut req = agent.post(&url).header("Content-Type", CONTENT_TYPE).header(REPORT_ID_HEADER, report_id);
+    if let Some(t) = token {
+        req = req.header("Authorization", &format!("Bearer {t}"));
+    }
+    let res = req.send(body);
     match res {
         Ok(resp) => classify(resp.status().as_u16()),
         Err(e) => Outcome::Retry(e.to_string()),
@@ -151,10 +178,11 @@ fn handle_one(
         }
     };
     let d = match decoded {
-        Ok(d) if d.is_intact() => d,
+        // Damaged but with its id: the collector stores it flagged, so it is sent.
+        Ok(d) if d.report.meta.is_some() => d,
         Ok(d) => {
             let why: Vec<String> = d.problems.iter().map(ToString::to_string).collect();
-            let why = format!("damaged report, not uploaded:\n{}\n", why.join("\n"));
+            let why = format!("damaged report without its report id (META lost), not uploaded:\n{}\n", why.join("\n"));
             claim.set_aside(Aside::Damaged, &why)?;
             sum.set_aside.push((name, why));
             return Ok(());
@@ -213,6 +241,17 @@ mod tests {
         assert!(matches!(classify(408), Outcome::Retry(_)));
         assert!(matches!(classify(500), Outcome::Retry(_)));
         assert!(matches!(classify(503), Outcome::Retry(_)));
+    }
+
+    #[test]
+    fn token_comes_from_the_user_part() {
+        assert_eq!(
+            split_token("https://crt_abc@c.example/api/v1/reports"),
+            ("https://c.example/api/v1/reports".into(), Some("crt_abc".into()))
+        );
+        assert_eq!(split_token("http://t:x@127.0.0.1:8787/"), ("http://127.0.0.1:8787/".into(), Some("t".into())));
+        assert_eq!(split_token("http://127.0.0.1:8787/a@b"), ("http://127.0.0.1:8787/a@b".into(), None));
+        assert_eq!(split_token("https://c.example"), ("https://c.example".into(), None));
     }
 
     #[test]

@@ -1,41 +1,147 @@
-//! The collector behind `viewer serve`: receives uploads from `reporter` over HTTP, checks them and stores each
-//! report once, by id. Protocol: `report-format/SCHEMA.md` §7.
+//! The viewer's side of the collector (`viewer serve`, the `collector` crate): [`ViewerAnalyzer`] decodes,
+//! symbolicates and renders reports for it with this crate's own code, and [`list`] lists a directory of report
+//! files (`viewer list`).
 //!
-//! Storage: `<store>/<REPORT-ID>.crashreport`, written to a temporary name and then hard-linked into place, so two
-//! uploads of the same id at once store it once (the second link fails with "exists" and is answered `200`).
-//! Plain HTTP, meant for loopback and for tests; put a TLS-terminating proxy in front for anything else.
-//!
-//! Besides uploads (`POST`, any path) it answers `GET /` with a one-line summary and `GET /reports` with the stored
-//! report ids, one per line, oldest capture first (what `viewer list` shows, machine-readable; `ios-harness` polls
-//! it to see an upload arrive).
+//! The collector itself (HTTP, database, grouping, debug-file index) is the `collector` crate; it reaches this
+//! crate only through the `collector::analysis::Analyzer` trait, so neither crate depends on the other's
+//! internals.
 
+use crate::crashlog::{CrashLog, ImageLog};
 use crate::names::{signal_name, SignalOs};
+use crate::{render, symbolicate, Format, Layout, Loaded, SymbolStore};
+use collector::analysis::{Analysis, Analyzer, DebugId, Frame, RenderFormat};
 use report_format::framing::FILE_SUFFIX;
-use report_format::transport::{CONTENT_TYPE, MAX_UPLOAD_BYTES, REPORT_ID_HEADER};
 use std::fs;
-use std::io::{self, Read, Write};
-use std::net::SocketAddr;
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
 
 /// Default listening address of `viewer serve`.
-pub const DEFAULT_ADDR: &str = "127.0.0.1:8787";
+pub const DEFAULT_ADDR: &str = collector::DEFAULT_ADDR;
 
-/// A running collector.
-pub struct Collector {
-    server: Arc<tiny_http::Server>,
-    store: PathBuf,
-    max_body: u64,
-    stop: Arc<AtomicBool>,
-    tmp_seq: Arc<AtomicU64>,
+/// The viewer's decoder model, symbolication and Apple-text renderer, for the collector.
+///
+/// Only our own reports are accepted (an `.ips` file or anything else is refused: the collector ingests what
+/// `reporter` uploads). Debug files are used only from the paths the collector passes (no automatic search of this
+/// machine's disk).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ViewerAnalyzer;
+
+fn load_report(bytes: &[u8], debug_files: &[PathBuf]) -> Result<Loaded, String> {
+    if !bytes.starts_with(&report_format::framing::MAGIC) {
+        return Err("not a crash report (it does not start with the report magic)".into());
+    }
+    let mut loaded = crate::load(bytes).map_err(|e| e.to_string())?;
+    if !debug_files.is_empty() {
+        if let Loaded::Report { log, .. } = &mut loaded {
+            let mut store = SymbolStore::only(debug_files.to_vec());
+            symbolicate::symbolicate(log, &mut store);
+        }
+    }
+    Ok(loaded)
 }
 
-/// One stored report, for `viewer list`.
+/// The directory whose images count as the app's: the `.app` bundle holding the executable, else the
+/// executable's own directory.
+fn app_dir(exe: &str) -> Option<&str> {
+    if let Some(i) = exe.find(".app/") {
+        return Some(&exe[..i + 5]);
+    }
+    exe.rfind('/').map(|i| &exe[..i + 1]).filter(|d| *d != "/")
+}
+
+/// True when an image belongs to the app: it is the executable, or lies in the app's directory (see [`app_dir`]).
+fn in_app(log: &CrashLog, image: &ImageLog, index: usize) -> bool {
+    let exe = log.header.path.as_deref();
+    match (exe, image.path.as_deref()) {
+        (Some(exe), Some(path)) => path == exe || app_dir(exe).is_some_and(|d| path.starts_with(d)),
+        // Without paths: the first image is the main executable in both Apple's and our reports.
+        _ => index == 0 || (image.name.is_some() && image.name == log.header.process_name),
+    }
+}
+
+fn analysis_of(loaded: &Loaded) -> Result<Analysis, String> {
+    let Loaded::Report { decoded, log } = loaded else { return Err("not one of our crash reports".into()) };
+    let meta = decoded.report.meta.as_ref();
+    let h = &log.header;
+    let app_version = match (&h.short_version, &h.bundle_version) {
+        (Some(s), Some(b)) => Some(format!("{s} ({b})")),
+        (Some(s), None) => Some(s.clone()),
+        (None, Some(b)) => Some(format!("({b})")),
+        (None, None) => None,
+    };
+    let exception = log.exception.exception_type.clone().or_else(|| {
+        let e = decoded.report.exception.as_ref()?;
+        let os = if meta.is_none_or(|m| m.os.is_apple()) { SignalOs::Darwin } else { SignalOs::Linux };
+        let sig = e.signal?;
+        Some(signal_name(os, sig).map(str::to_owned).unwrap_or_else(|| format!("signal {sig}")))
+    });
+    let crashed = log.threads.iter().find(|t| t.crashed).or_else(|| {
+        let t = log.triggered_thread?;
+        log.threads.iter().find(|x| x.index == t)
+    });
+    let crashed_frames = crashed
+        .map(|t| {
+            t.frames
+                .iter()
+                .map(|f| {
+                    let image = f.image.and_then(|i| log.images.get(i).map(|im| (i, im)));
+                    Frame {
+                        image: image
+                            .and_then(|(_, im)| im.name.clone().or_else(|| im.path.clone()))
+                            .unwrap_or_else(|| "???".into()),
+                        image_id: image.and_then(|(_, im)| im.id.as_ref()).map(|id| id.to_hex()),
+                        offset: image.map_or(f.address, |(_, im)| f.address.wrapping_sub(im.base)),
+                        symbol: f.symbol.as_ref().map(|s| s.name.clone()),
+                        symbol_text: f.symbol.as_ref().map(|_| render::symbol_part(f, image.map(|(_, im)| im))),
+                        in_app: image.is_some_and(|(i, im)| in_app(log, im, i)),
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut image_ids: Vec<String> = log.images.iter().filter_map(|i| i.id.as_ref()).map(|i| i.to_hex()).collect();
+    image_ids.sort();
+    image_ids.dedup();
+    Ok(Analysis {
+        report_id: meta.map(|m| m.report_id.to_string()),
+        problems: log.problems.clone(),
+        process: h.process_name.clone(),
+        app_version,
+        os_version: h.os_version.clone(),
+        exception,
+        captured_ms: meta.and_then(|m| m.capture_time_ns).map(|t| t / 1_000_000),
+        crashed_frames,
+        image_ids,
+    })
+}
+
+impl Analyzer for ViewerAnalyzer {
+    fn analyze(&self, bytes: &[u8], debug_files: &[PathBuf]) -> Result<Analysis, String> {
+        analysis_of(&load_report(bytes, debug_files)?)
+    }
+
+    fn render(&self, bytes: &[u8], debug_files: &[PathBuf], format: RenderFormat) -> Result<Option<String>, String> {
+        let mut loaded = load_report(bytes, debug_files)?;
+        Ok(match format {
+            // Already symbolicated by load_report: render without a store.
+            RenderFormat::Text => Some(crate::render_loaded(&mut loaded, Layout::Modern, Format::Text, None)),
+            RenderFormat::Json => Some(crate::render_loaded(&mut loaded, Layout::Modern, Format::Json, None)),
+            RenderFormat::Ips => Some(crate::render_loaded(&mut loaded, Layout::Modern, Format::Ips, None)),
+        })
+    }
+
+    fn identify(&self, path: &Path) -> Vec<DebugId> {
+        crate::symbols::identify(path)
+            .into_iter()
+            .filter_map(|i| Some(DebugId { id: i.id.as_ref()?.to_hex(), arch: i.arch, has_dwarf: i.has_dwarf }))
+            .collect()
+    }
+}
+
+/// One report file in a directory, for `viewer list`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredReport {
-    /// Report id (uppercase dashed UUID), the file stem.
+    /// Report id (uppercase dashed UUID) from the report's META section; the file stem when that is lost.
     pub id: String,
     /// File path.
     pub path: PathBuf,
@@ -49,176 +155,20 @@ pub struct StoredReport {
     pub exception: Option<String>,
 }
 
-/// What the collector answered, for logs and tests.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Answer {
-    /// HTTP status.
-    pub status: u16,
-    /// Text body.
-    pub body: String,
-}
-
-impl Collector {
-    /// Binds to `addr` ("127.0.0.1:0" picks a free port) and creates `store` (mode 0700) when needed.
-    ///
-    /// # Errors
-    /// I/O errors binding or creating the store.
-    pub fn bind(addr: &str, store: impl Into<PathBuf>) -> io::Result<Collector> {
-        let store = store.into();
-        let mut b = fs::DirBuilder::new();
-        b.recursive(true);
-        #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
-        b.create(&store)?;
-        let server =
-            tiny_http::Server::http(addr).map_err(|e| io::Error::other(format!("cannot listen on {addr}: {e}")))?;
-        Ok(Collector {
-            server: Arc::new(server),
-            store,
-            max_body: MAX_UPLOAD_BYTES,
-            stop: Arc::new(AtomicBool::new(false)),
-            tmp_seq: Arc::new(AtomicU64::new(0)),
-        })
-    }
-
-    /// Sets the largest accepted body in bytes (default [`MAX_UPLOAD_BYTES`]).
-    pub fn max_body(mut self, bytes: u64) -> Self {
-        self.max_body = bytes;
-        self
-    }
-
-    /// The bound address (useful after binding port 0).
-    pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.server.server_addr().to_ip()
-    }
-
-    /// A flag that makes [`Collector::serve`] return (within 100 ms) once set.
-    pub fn stop_flag(&self) -> Arc<AtomicBool> {
-        self.stop.clone()
-    }
-
-    /// Serves requests on `workers` threads until the stop flag is set. `log` receives one line per request.
-    pub fn serve(&self, workers: usize, log: impl Fn(&str) + Send + Sync + 'static) {
-        let log = Arc::new(log);
-        std::thread::scope(|s| {
-            for _ in 0..workers.max(1) {
-                let log = log.clone();
-                s.spawn(move || {
-                    while !self.stop.load(Ordering::SeqCst) {
-                        match self.server.recv_timeout(Duration::from_millis(100)) {
-                            Ok(Some(req)) => self.handle(req, &*log),
-                            Ok(None) => {}
-                            Err(e) => log(&format!("accept failed: {e}")),
-                        }
-                    }
-                });
-            }
-        });
-    }
-
-    fn handle(&self, mut req: tiny_http::Request, log: &dyn Fn(&str)) {
-        let answer = self.answer(&mut req);
-        log(&format!("{} {} -> {} {}", req.method(), req.url(), answer.status, answer.body.trim_end()));
-        let resp = tiny_http::Response::from_string(answer.body).with_status_code(answer.status);
-        let _ = req.respond(resp);
-    }
-
-    fn answer(&self, req: &mut tiny_http::Request) -> Answer {
-        let a = |status: u16, body: String| Answer { status, body };
-        match req.method() {
-            tiny_http::Method::Post => {}
-            tiny_http::Method::Get if req.url() == "/" => {
-                let n = list(&self.store).map(|v| v.len()).unwrap_or(0);
-                return a(200, format!("crash report collector: {n} reports stored\n"));
-            }
-            // Machine-readable list for test harnesses (ios-harness polls it to see an upload arrive).
-            tiny_http::Method::Get if req.url().split('?').next() == Some("/reports") => {
-                return match list(&self.store) {
-                    Ok(v) => a(200, v.iter().map(|r| format!("{}\n", r.id)).collect()),
-                    Err(e) => a(500, format!("cannot list the store: {e}\n")),
-                };
-            }
-            _ => return a(405, "only POST uploads (and GET / or GET /reports) are accepted\n".into()),
-        }
-        let ctype = header(req, "Content-Type").unwrap_or_default();
-        if ctype.split(';').next().map(str::trim) != Some(CONTENT_TYPE) {
-            return a(415, format!("expected Content-Type: {CONTENT_TYPE}\n"));
-        }
-        if req.body_length().is_some_and(|n| n as u64 > self.max_body) {
-            return a(413, format!("body larger than {} bytes\n", self.max_body));
-        }
-        let claimed_id = header(req, REPORT_ID_HEADER);
-        let mut body = Vec::new();
-        if let Err(e) = req.as_reader().take(self.max_body + 1).read_to_end(&mut body) {
-            return a(400, format!("could not read the body: {e}\n"));
-        }
-        if body.len() as u64 > self.max_body {
-            return a(413, format!("body larger than {} bytes\n", self.max_body));
-        }
-        let d = match report_format::decode(&body) {
-            Ok(d) => d,
-            Err(e) => return a(400, format!("{e}\n")),
-        };
-        if !d.is_intact() {
-            let p: Vec<String> = d.problems.iter().map(ToString::to_string).collect();
-            return a(400, format!("damaged report: {}\n", p.join("; ")));
-        }
-        let Some(meta) = d.report.meta.as_ref() else { return a(400, "report has no META section\n".into()) };
-        let id = meta.report_id.to_string();
-        if claimed_id.as_deref().is_some_and(|c| !c.eq_ignore_ascii_case(&id)) {
-            return a(400, format!("{REPORT_ID_HEADER} does not match the report's id {id}\n"));
-        }
-        match self.store_once(&id, &body) {
-            Ok(true) => a(201, format!("stored {id}\n")),
-            Ok(false) => a(200, format!("already stored {id}\n")),
-            Err(e) => a(500, format!("could not store {id}: {e}\n")),
-        }
-    }
-
-    /// Stores `bytes` as `<id>.crashreport` unless present. `Ok(true)` when this call stored it.
-    fn store_once(&self, id: &str, bytes: &[u8]) -> io::Result<bool> {
-        let dst = self.store.join(format!("{id}{FILE_SUFFIX}"));
-        if dst.exists() {
-            return Ok(false);
-        }
-        let seq = self.tmp_seq.fetch_add(1, Ordering::SeqCst);
-        let tmp = self.store.join(format!(".{id}.{}.{seq}.tmp", std::process::id()));
-        {
-            let mut o = fs::OpenOptions::new();
-            o.write(true).create_new(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-            let mut f = o.open(&tmp)?;
-            f.write_all(bytes)?;
-            f.sync_all()?;
-        }
-        let linked = fs::hard_link(&tmp, &dst);
-        let _ = fs::remove_file(&tmp);
-        match linked {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-}
-
-fn header(req: &tiny_http::Request, name: &'static str) -> Option<String> {
-    req.headers().iter().find(|h| h.field.equiv(name)).map(|h| h.value.as_str().to_owned())
-}
-
-/// The reports in a collector store, oldest capture first. Files that do not decode are listed with empty fields.
+/// The report files (`*.crashreport`) in a directory, e.g. a collector store's `reports/`, oldest capture first.
+/// Files that do not decode are listed with empty fields.
 ///
 /// # Errors
 /// I/O errors listing the directory.
-pub fn list(store: &Path) -> io::Result<Vec<StoredReport>> {
+pub fn list(dir: &Path) -> io::Result<Vec<StoredReport>> {
     let mut v = Vec::new();
-    for e in fs::read_dir(store)? {
+    for e in fs::read_dir(dir)? {
         let e = e?;
         let path = e.path();
-        let Some(id) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(FILE_SUFFIX)) else {
+        let Some(stem) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(FILE_SUFFIX)) else {
             continue;
         };
-        if id.starts_with('.') {
+        if stem.starts_with('.') {
             continue;
         }
         let bytes = fs::read(&path)?;
@@ -226,7 +176,7 @@ pub fn list(store: &Path) -> io::Result<Vec<StoredReport>> {
         let r = d.as_ref().map(|d| &d.report);
         let meta = r.and_then(|r| r.meta.as_ref());
         v.push(StoredReport {
-            id: id.to_owned(),
+            id: meta.map(|m| m.report_id.to_string()).unwrap_or_else(|| stem.to_owned()),
             size: bytes.len() as u64,
             capture_time_ns: meta.and_then(|m| m.capture_time_ns),
             process: meta.and_then(|m| m.process.name.clone()),
@@ -240,4 +190,28 @@ pub fn list(store: &Path) -> io::Result<Vec<StoredReport>> {
     }
     v.sort_by(|a, b| a.capture_time_ns.cmp(&b.capture_time_ns).then_with(|| a.id.cmp(&b.id)));
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn app_directories() {
+        assert_eq!(
+            app_dir("/var/containers/Bundle/Application/X/My.app/My"),
+            Some("/var/containers/Bundle/Application/X/My.app/")
+        );
+        assert_eq!(app_dir("/Applications/My.app/Contents/MacOS/My"), Some("/Applications/My.app/"));
+        assert_eq!(app_dir("/home/u/build/crash-client"), Some("/home/u/build/"));
+        assert_eq!(app_dir("/crash-client"), None);
+    }
+
+    #[test]
+    fn refuses_what_is_not_a_report() {
+        for bytes in [&b""[..], b"hello", b"{\"bug_type\":\"309\"}"] {
+            assert!(ViewerAnalyzer.analyze(bytes, &[]).is_err(), "{bytes:?}");
+            assert!(ViewerAnalyzer.render(bytes, &[], RenderFormat::Text).is_err(), "{bytes:?}");
+        }
+    }
 }

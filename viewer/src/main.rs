@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use viewer::{Format, Layout, Loaded, SymbolStore};
 
+mod serve_cmd;
+
 /// Exit code: rendered, input intact.
 const EXIT_OK: u8 = 0;
 /// Exit code: the input could not be read or is not a crash report / `.ips` file.
@@ -54,13 +56,16 @@ enum Command {
     /// Symbolicate Apple crash text (.crash) in place: frame lines rewritten, every other byte kept.
     #[command(after_help = SYMBOLICATE_HELP)]
     Symbolicate(SymbolicateArgs),
-    /// Run the collector: accept report uploads over HTTP and store each report once, by id.
+    /// Run the collector (ingest, grouping, symbolication, web pages); `serve token` manages ingest tokens.
+    #[command(after_help = serve_cmd::SERVE_HELP)]
+    Serve(serve_cmd::ServeArgs),
+    /// Upload debug files (dSYM bundles, Mach-O, ELF) to a collector for server-side symbolication.
     #[command(
-        after_help = "Examples:\n  viewer serve                                  127.0.0.1:8787, store ./collected-reports\n  viewer serve --addr 127.0.0.1:0 --store /tmp/reports   any free port (printed)\n\nAnswers: 201 stored, 200 already stored, 400 not an intact report, 413 too large, 415 wrong content type."
+        after_help = "Example:\n  viewer upload-symbols build/MyApp.app.dSYM --url http://127.0.0.1:8787 --token crt_..."
     )]
-    Serve(ServeArgs),
-    /// List the reports a collector store holds.
-    #[command(after_help = "Example:\n  viewer list ./collected-reports")]
+    UploadSymbols(serve_cmd::UploadSymbolsArgs),
+    /// List the report files in a directory (e.g. a collector store's reports/).
+    #[command(after_help = "Example:\n  viewer list ./collected-reports/reports")]
     List(ListArgs),
 }
 
@@ -147,43 +152,10 @@ fn run_symbolicate(a: SymbolicateArgs) -> u8 {
 }
 
 #[derive(Args, Debug)]
-struct ServeArgs {
-    /// Address to listen on (port 0 picks a free one).
-    #[arg(long, default_value = viewer::collector::DEFAULT_ADDR)]
-    addr: String,
-    /// Directory the reports are stored in (created when missing).
-    #[arg(long, default_value = "collected-reports")]
-    store: PathBuf,
-    /// Largest accepted upload, in bytes.
-    #[arg(long, default_value_t = report_format::transport::MAX_UPLOAD_BYTES)]
-    max_body: u64,
-    /// Worker threads.
-    #[arg(long, default_value_t = 4)]
-    workers: usize,
-}
-
-#[derive(Args, Debug)]
 struct ListArgs {
     /// Collector store directory.
     #[arg(value_name = "STORE")]
     store: PathBuf,
-}
-
-fn run_serve(a: ServeArgs) -> u8 {
-    let c = match viewer::collector::Collector::bind(&a.addr, &a.store) {
-        Ok(c) => c.max_body(a.max_body),
-        Err(e) => {
-            eprintln!("viewer serve: {e}");
-            return EXIT_INPUT;
-        }
-    };
-    let addr = c.local_addr().map(|a| a.to_string()).unwrap_or_else(|| a.addr.clone());
-    // The first line on stdout is the URL to upload to, so scripts can read it.
-    println!("http://{addr}/");
-    let _ = std::io::stdout().flush();
-    eprintln!("viewer serve: storing reports in {}", a.store.display());
-    c.serve(a.workers, |line| eprintln!("viewer serve: {line}"));
-    EXIT_OK
 }
 
 fn run_list(a: ListArgs) -> u8 {
@@ -428,7 +400,8 @@ fn main() -> ExitCode {
         Some(Command::Render(a)) => run_render(a),
         Some(Command::Atos(a)) => run_atos(a),
         Some(Command::Symbolicate(a)) => run_symbolicate(a),
-        Some(Command::Serve(a)) => run_serve(a),
+        Some(Command::Serve(a)) => serve_cmd::run_serve(a),
+        Some(Command::UploadSymbols(a)) => serve_cmd::run_upload_symbols(a),
         Some(Command::List(a)) => run_list(a),
         None => run_render(cli.render),
     };

@@ -1,13 +1,16 @@
-//! The collector over real HTTP on loopback: stores each report once by id, refuses garbage, damaged, oversized
-//! and mistyped bodies with 4xx, handles concurrent uploads, and lists what it holds.
+//! `viewer serve`, `viewer serve token ...`, `viewer upload-symbols` and `viewer list` as real processes: a token
+//! created on the command line is accepted by a running `viewer serve` and refused once revoked; upload-symbols
+//! sends a debug file; `list` prints a reports directory. (The collector's own behaviour, over HTTP against SQLite
+//! and PostgreSQL, is tested in `collector/tests/http.rs`.)
 
 use report_format::model::{Meta, Report, ReportId};
-use report_format::transport::{CONTENT_TYPE, REPORT_ID_HEADER};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::Ordering;
+use report_format::transport::CONTENT_TYPE;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use viewer::collector::{list, Collector};
+
+const VIEWER: &str = env!("CARGO_BIN_EXE_viewer");
 
 fn report(id: u8) -> Vec<u8> {
     let mut m =
@@ -17,161 +20,101 @@ fn report(id: u8) -> Vec<u8> {
         .expect("encodes")
 }
 
-/// Sends one POST and returns (status, body). A tiny HTTP/1.1 client so the test depends on nothing else.
-fn post(addr: SocketAddr, ctype: &str, id: Option<&str>, body: &[u8]) -> (u16, String) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
-    let mut head = format!(
-        "POST /reports HTTP/1.1\r\nHost: {addr}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    if let Some(id) = id {
-        head.push_str(&format!("{REPORT_ID_HEADER}: {id}\r\n"));
-    }
-    head.push_str("\r\n");
-    s.write_all(head.as_bytes()).expect("head");
-    let _ = s.write_all(body); // the server may answer 413 and close before reading it all
-    let mut resp = Vec::new();
-    let _ = s.read_to_end(&mut resp);
-    let text = String::from_utf8_lossy(&resp).into_owned();
-    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
-    (status, body)
+fn viewer(args: &[&str], store: &Path) -> (bool, String, String) {
+    let out = Command::new(VIEWER).args(args).arg("--store").arg(store).output().expect("runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
-/// Sends one GET and returns (status, body).
-fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).expect("head");
-    let mut resp = Vec::new();
-    let _ = s.read_to_end(&mut resp);
-    let text = String::from_utf8_lossy(&resp).into_owned();
-    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
-    (status, body)
+/// `viewer serve` on a free port; killed on drop.
+struct Serve {
+    child: Child,
+    url: String,
 }
 
-struct Running {
-    addr: SocketAddr,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Running {
+impl Drop for Serve {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
-fn start(store: &std::path::Path, max_body: u64) -> Running {
-    let c = Collector::bind("127.0.0.1:0", store).expect("bind").max_body(max_body);
-    let addr = c.local_addr().expect("addr");
-    let stop = c.stop_flag();
-    let thread = std::thread::spawn(move || c.serve(4, |_| {}));
-    Running { addr, stop, thread: Some(thread) }
+fn serve(store: &Path) -> Serve {
+    let mut child = Command::new(VIEWER)
+        .args(["serve", "--addr", "127.0.0.1:0", "--store"])
+        .arg(store)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("viewer serve starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("first line");
+    assert!(line.starts_with("http://127.0.0.1:"), "the first line is the URL: {line:?}");
+    Serve { child, url: line.trim().trim_end_matches('/').to_owned() }
 }
 
-#[test]
-fn stores_once_and_refuses_bad_bodies() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let srv = start(dir.path(), 64 * 1024);
-    let good = report(1);
-    let id = "01010101-0101-0101-0101-010101010101";
-
-    let (st, body) = post(srv.addr, CONTENT_TYPE, Some(id), &good);
-    assert_eq!((st, body.trim()), (201, format!("stored {id}").as_str()));
-    let (st, _) = post(srv.addr, CONTENT_TYPE, Some(id), &good);
-    assert_eq!(st, 200, "a resend is stored once");
-    assert_eq!(list(dir.path()).expect("list").len(), 1);
-
-    let (st, body) = post(srv.addr, CONTENT_TYPE, None, b"garbage, not a report");
-    assert_eq!(st, 400);
-    assert!(body.contains("not a crash report"), "{body}");
-
-    let mut damaged = report(2);
-    let n = damaged.len();
-    damaged[n - 3] ^= 0xff;
-    let (st, body) = post(srv.addr, CONTENT_TYPE, None, &damaged);
-    assert_eq!(st, 400);
-    assert!(body.starts_with("damaged report:"), "{body}");
-
-    let (st, _) = post(srv.addr, CONTENT_TYPE, None, &vec![0u8; 100 * 1024]);
-    assert_eq!(st, 413);
-    let (st, _) = post(srv.addr, "text/plain", None, &good);
-    assert_eq!(st, 415);
-    let (st, _) = post(srv.addr, CONTENT_TYPE, Some("00000000-0000-0000-0000-000000000000"), &report(3));
-    assert_eq!(st, 400, "an id header that contradicts the report");
-
-    let stored = list(dir.path()).expect("list");
-    assert_eq!(stored.len(), 1);
-    assert_eq!(stored[0].id, id);
-    assert_eq!(stored[0].process.as_deref(), Some("Demo"));
-    assert_eq!(std::fs::read(&stored[0].path).expect("read"), good, "stored bytes are the uploaded bytes");
-}
-
-#[test]
-fn concurrent_uploads_store_each_report_exactly_once() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let srv = start(dir.path(), 1 << 20);
-    let addr = srv.addr;
-    let results: Vec<(u8, u16)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..24u8)
-            .map(|i| {
-                s.spawn(move || {
-                    let which = i % 3 + 10; // three distinct reports, eight uploads each
-                    (which, post(addr, CONTENT_TYPE, None, &report(which)).0)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("thread")).collect()
-    });
-    for which in 10..13u8 {
-        let statuses: Vec<u16> = results.iter().filter(|r| r.0 == which).map(|r| r.1).collect();
-        assert_eq!(statuses.iter().filter(|s| **s == 201).count(), 1, "report {which}: {statuses:?}");
-        assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 7, "report {which}: {statuses:?}");
+fn post(url: &str, token: Option<&str>, body: &[u8]) -> u16 {
+    let agent = collector::client::agent(Duration::from_secs(30));
+    let mut r = agent.post(format!("{url}/api/v1/reports")).header("Content-Type", CONTENT_TYPE);
+    if let Some(t) = token {
+        r = r.header("Authorization", &format!("Bearer {t}"));
     }
-    let stored = list(dir.path()).expect("list");
-    assert_eq!(stored.len(), 3);
-    let leftovers = std::fs::read_dir(dir.path()).expect("dir").count();
-    assert_eq!(leftovers, 3, "no temporary files left behind");
+    r.send(body).expect("POST").status().as_u16()
 }
 
 #[test]
-fn viewer_list_prints_the_store() {
+fn tokens_from_the_command_line_are_accepted_then_revoked() {
     let dir = tempfile::tempdir().expect("tmp");
-    std::fs::write(dir.path().join("01010101-0101-0101-0101-010101010101.crashreport"), report(1)).expect("write");
-    let out =
-        std::process::Command::new(env!("CARGO_BIN_EXE_viewer")).arg("list").arg(dir.path()).output().expect("runs");
-    assert!(out.status.success());
+    let store = dir.path().join("store");
+    let (ok, token, err) = viewer(&["serve", "token", "create", "--project", "shop", "--label", "ci"], &store);
+    assert!(ok, "{err}");
+    let token = token.trim().to_owned();
+    assert!(token.starts_with("crt_"), "{token}");
+    let (ok, listed, _) = viewer(&["serve", "token", "list"], &store);
+    assert!(ok);
+    assert!(listed.contains("shop") && listed.contains("ci") && listed.contains("live"), "{listed}");
+    assert!(!listed.contains(&token), "the token itself is never listed");
+    let id = listed.split_whitespace().next().expect("id").to_owned();
+
+    let srv = serve(&store);
+    assert_eq!(post(&srv.url, None, &report(1)), 401);
+    assert_eq!(post(&srv.url, Some(&token), &report(1)), 201);
+    assert_eq!(post(&srv.url, Some(&token), &report(1)), 200);
+
+    let (ok, _, err) = viewer(&["serve", "token", "revoke", &id], &store);
+    assert!(ok, "{err}");
+    assert_eq!(post(&srv.url, Some(&token), &report(2)), 401, "revoked while the server runs");
+    let (ok, _, err) = viewer(&["serve", "token", "revoke", "0000000000"], &store);
+    assert!(!ok && err.contains("no live token"), "{err}");
+    let (ok, listed, _) = viewer(&["serve", "token", "list"], &store);
+    assert!(ok && listed.contains("revoked"), "{listed}");
+
+    // upload-symbols: this test binary is an ELF with a build ID.
+    let exe = std::env::current_exe().expect("exe");
+    let token2 = viewer(&["serve", "token", "create", "--project", "shop"], &store).1.trim().to_owned();
+    let out = Command::new(VIEWER)
+        .arg("upload-symbols")
+        .arg(&exe)
+        .args(["--url", &srv.url, "--token", &token2])
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("HTTP 201") && text.contains("\"has_dwarf\": true"), "{text}");
+    let out = Command::new(VIEWER)
+        .arg("upload-symbols")
+        .arg(&exe)
+        .args(["--url", &srv.url, "--token", "crt_bad"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success(), "a refused upload fails the command");
+
+    // `viewer list` on the store's reports/ directory: the one stored report, by its id.
+    let out = Command::new(VIEWER).arg("list").arg(store.join("reports")).output().expect("runs");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("01010101-0101-0101-0101-010101010101  1970-01-01 00:00:01.0000 +0000  Demo"), "{text}");
     assert!(text.ends_with("1 report\n"), "{text}");
-}
-
-#[test]
-fn get_reports_lists_stored_ids_oldest_capture_first() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let srv = start(dir.path(), 64 * 1024);
-    assert_eq!(get(srv.addr, "/reports"), (200, String::new()), "empty store: empty list");
-    assert_eq!(get(srv.addr, "/").1, "crash report collector: 0 reports stored\n");
-
-    // Uploaded newest first; listed by capture time (report(n) is captured at n seconds).
-    for id in [7u8, 3, 5] {
-        assert_eq!(post(srv.addr, CONTENT_TYPE, None, &report(id)).0, 201);
-    }
-    let (st, body) = get(srv.addr, "/reports");
-    assert_eq!(st, 200);
-    assert_eq!(
-        body,
-        "03030303-0303-0303-0303-030303030303\n\
-         05050505-0505-0505-0505-050505050505\n\
-         07070707-0707-0707-0707-070707070707\n"
-    );
-    assert_eq!(get(srv.addr, "/reports?after=now").1, body, "a query string is ignored");
-    assert_eq!(get(srv.addr, "/").1, "crash report collector: 3 reports stored\n");
-    assert_eq!(get(srv.addr, "/elsewhere").0, 405);
 }
