@@ -361,9 +361,10 @@ fn registers(out: &mut String, st: &ThreadState) {
                 let _ = writeln!(out, "Logical CPU:     {cpu}");
             }
             if let Some(err) = get("err") {
-                let _ = write!(out, "Error Code:      0x{err:08x}");
+                // Apple prints `0x%08x %s`: the space stays when the trap has no description.
+                let _ = write!(out, "Error Code:      0x{err:08x} ");
                 if let Some(d) = &st.fault_description {
-                    let _ = write!(out, " {d}");
+                    out.push_str(d);
                 }
                 out.push('\n');
             }
