@@ -123,6 +123,10 @@ pub struct Header {
     pub uptime_seconds: Option<u64>,
     /// System Integrity Protection state (macOS).
     pub sip: Option<String>,
+    /// Sleep/wake cycle identifier (`.ips` `sleepWakeUUID`, macOS).
+    pub sleep_wake_uuid: Option<String>,
+    /// Seconds since the last wake from sleep (`.ips` `wakeTime`, macOS).
+    pub wake_time_seconds: Option<u64>,
 }
 
 /// The exception block.

@@ -6,6 +6,8 @@
 use crate::crashlog::{CrashLog, Flavor, FrameLog, ImageLog, SymbolInfo, ThreadLog, ThreadState};
 use std::fmt::Write as _;
 
+mod macos26;
+
 /// Which era's layout to print.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Layout {
@@ -20,6 +22,7 @@ pub enum Layout {
 pub fn render(log: &CrashLog, layout: Layout) -> String {
     let mut out = String::with_capacity(16 * 1024 + log.threads.len() * 4096);
     match (log.flavor, layout) {
+        (Flavor::Macos, Layout::Modern) if macos26::applies(log) => macos26::render(log, &mut out),
         (Flavor::Macos, Layout::Modern) => render_macos(log, &mut out),
         (_, Layout::Modern) => render_ios(log, &mut out, false),
         (_, Layout::Legacy) => render_ios(log, &mut out, true),
@@ -476,9 +479,13 @@ fn render_macos(log: &CrashLog, out: &mut String) {
     field(out, W, "OS Version", h.os_version.as_deref());
     field(out, W, "Report Version", Some(h.report_version.as_deref().unwrap_or("12")));
     field(out, W, "Anonymous UUID", h.crash_reporter_key.as_deref());
-    out.push_str("\n\n");
+    out.push('\n');
+    field(out, W, "Sleep/Wake UUID", h.sleep_wake_uuid.as_deref());
+    out.push('\n');
     if let Some(up) = h.uptime_seconds {
-        let _ = writeln!(out, "Time Awake Since Boot: {up} seconds\n");
+        let _ = writeln!(out, "Time Awake Since Boot: {up} seconds");
+        field(out, W, "Time Since Wake", h.wake_time_seconds.map(|w| format!("{w} seconds")).as_deref());
+        out.push('\n');
     }
     if let Some(sip) = &h.sip {
         let _ = writeln!(out, "System Integrity Protection: {sip}\n");
@@ -512,6 +519,12 @@ fn render_macos(log: &CrashLog, out: &mut String) {
     if let Some(info) = &log.vm_region_info {
         let _ = writeln!(out, "VM Region Info: {info}\n");
     }
+    macos_tail(log, out);
+}
+
+/// Threads, crashed thread state, Binary Images, External Modification Summary and VM Region Summary: the same in
+/// the macOS 12-15 and macOS 26 layouts.
+fn macos_tail(log: &CrashLog, out: &mut String) {
     threads_and_state(out, log, false, thread_header_macos);
     binary_images(out, log, image_line_macos);
     out.push('\n');

@@ -14,6 +14,9 @@ fn third_party(rel: &str) -> PathBuf {
 enum Files {
     /// A raw `.ips` and a separate file with Apple's translation of it.
     Separate { ips: &'static str, apple: &'static str },
+    /// One file as Console saves it on macOS 12+: a `Translated Report (Full Report Below)` banner, Apple's
+    /// translation, then `Full Report` and the `.ips` it was made from.
+    FullReport(&'static str),
 }
 
 /// A difference between Apple's file and anything the `.ips` can give, allowed for one pair.
@@ -25,6 +28,10 @@ enum Tolerated {
     /// adds the one final newline back. (The same repository's copy without the metadata line has exactly that
     /// text.)
     XcodeMetadataLine,
+    /// The file was committed from an editor that strips trailing spaces (no line of it ends with a space, also
+    /// where Apple's text has one and the `.ips` strings still hold them). Lines are compared without trailing
+    /// spaces on both sides; everything else stays exact.
+    TrailingSpacesStripped,
 }
 
 struct Pair {
@@ -32,6 +39,9 @@ struct Pair {
     files: Files,
     tolerated: &'static [Tolerated],
 }
+
+const BANNER: &str = "-------------------------------------\nTranslated Report (Full Report Below)\n-------------------------------------\n";
+const FULL: &str = "-----------\nFull Report\n-----------\n\n";
 
 const PAIRS: &[Pair] = &[
     Pair {
@@ -54,11 +64,27 @@ const PAIRS: &[Pair] = &[
         files: Files::Separate { ips: "report.ips", apple: "apple-translation-with-json-header.crash" },
         tolerated: &[Tolerated::XcodeMetadataLine],
     },
+    pitchenga("macos26-sigsegv-thread0-e4e83ee"),
+    pitchenga("macos26-sigsegv-thread9-af1ab22"),
+    pitchenga("macos26-sigsegv-thread6-d2f2514"),
+    pitchenga("macos26-sigtrap-thread0-12e4228"),
+    pitchenga("macos26-sigsegv-thread0-6dce115"),
+    pitchenga("macos26-sigsegv-thread0-9f98011"),
+    pitchenga("macos26-sigsegv-thread0-50b1dca"),
+    pitchenga("macos26-sigsegv-thread0-8391929"),
+    pitchenga("macos26-sigsegv-thread0-2f82d36"),
+    pitchenga("macos26-sigsegv-thread0-548f697"),
 ];
+
+const fn pitchenga(folder: &'static str) -> Pair {
+    // `name` is only the folder; `load` prefixes the corpus directory.
+    Pair { name: folder, files: Files::FullReport("crash.txt"), tolerated: &[Tolerated::TrailingSpacesStripped] }
+}
 
 fn folder(pair: &Pair) -> PathBuf {
     match pair.files {
         Files::Separate { .. } => third_party(pair.name),
+        Files::FullReport(_) => third_party("pitchenga").join(pair.name),
     }
 }
 
@@ -68,6 +94,16 @@ fn load(pair: &Pair) -> (Vec<u8>, String) {
     let (ips, mut apple) = match pair.files {
         Files::Separate { ips, apple } => {
             (std::fs::read(dir.join(ips)).unwrap(), std::fs::read_to_string(dir.join(apple)).unwrap())
+        }
+        Files::FullReport(file) => {
+            let all = std::fs::read_to_string(dir.join(file)).unwrap();
+            // Some files start with the developer's own console lines pasted above Console's banner; they are not
+            // part of the report and are skipped with it.
+            let (_, rest) =
+                all.split_once(BANNER).unwrap_or_else(|| panic!("{}: no Translated Report banner", pair.name));
+            let (text, ips) = rest.split_once(FULL).unwrap_or_else(|| panic!("{}: no Full Report part", pair.name));
+            // Console writes the `.ips` followed by one newline.
+            (ips.as_bytes().to_vec(), text.to_string())
         }
     };
     if pair.tolerated.contains(&Tolerated::XcodeMetadataLine) {
@@ -93,6 +129,10 @@ fn first_difference(got: &str, expected: &str) -> Option<String> {
     Some(format!("same first {} lines; viewer has {} lines, apple {}", g.len().min(e.len()), g.len(), e.len()))
 }
 
+fn without_trailing_spaces(s: &str) -> String {
+    s.split('\n').map(str::trim_end).collect::<Vec<_>>().join("\n")
+}
+
 /// Renders one pair and compares it, applying only that pair's tolerated differences.
 fn check(pair: &Pair) -> Option<String> {
     let (ips, apple) = load(pair);
@@ -100,7 +140,11 @@ fn check(pair: &Pair) -> Option<String> {
         Ok(t) => t,
         Err(e) => return Some(format!("does not load: {e}")),
     };
-    first_difference(&got, &apple)
+    if pair.tolerated.contains(&Tolerated::TrailingSpacesStripped) {
+        first_difference(&without_trailing_spaces(&got), &apple)
+    } else {
+        first_difference(&got, &apple)
+    }
 }
 
 #[test]
@@ -112,10 +156,44 @@ fn every_corpus_report_renders_like_apples_translation() {
 #[test]
 fn the_corpus_has_what_the_readme_promises() {
     // Each pair's files exist and the split of Console's combined files finds both parts.
-    assert!(PAIRS.len() >= 4);
+    assert!(PAIRS.len() >= 14);
     for p in PAIRS {
         let (ips, apple) = load(p);
         assert!(viewer::load(&ips).is_ok(), "{}", p.name);
         assert!(apple.contains("Binary Images:"), "{}", p.name);
     }
+}
+
+#[test]
+fn trailing_space_tolerance_only_touches_line_ends() {
+    // The one normalisation that touches Apple's side must not hide any other difference.
+    assert_eq!(without_trailing_spaces("a  \n b \n\n--->  \n"), "a\n b\n\n--->\n");
+    assert!(first_difference(&without_trailing_spaces("x 1\n"), "x  1\n").is_some());
+    assert!(first_difference("a\n", "a\n\n").is_some());
+}
+
+#[test]
+fn macos_12_to_15_print_sleep_wake_and_time_since_wake_when_the_ips_has_them() {
+    // None of the macOS 12-15 pairs holds `sleepWakeUUID`/`wakeTime`; the layout with them is the one of a macOS 13
+    // Console translation kept as test input by LLVM (lldb/test/Shell/ScriptInterpreter/Python/Crashlog/Inputs/
+    // interactive_crashlog/multithread-test.crash): the UUID between two empty lines after `Anonymous UUID:`, and
+    // `Time Since Wake:` right under `Time Awake Since Boot:`.
+    let ips = std::fs::read_to_string(third_party("macsymbolicator/macos12-single-target/report.ips")).unwrap();
+    let ips = ips.replacen(
+        "\"uptime\" :",
+        "\"sleepWakeUUID\" : \"7B2A0D73-8966-4B8D-98E9-CC6EC1B44967\",\n  \"wakeTime\" : 214,\n  \"uptime\" :",
+        1,
+    );
+    let text = viewer::render_bytes(ips.as_bytes()).unwrap();
+    let plain =
+        viewer::render_bytes(&std::fs::read(third_party("macsymbolicator/macos12-single-target/report.ips")).unwrap())
+            .unwrap();
+    let uuid = plain.lines().find(|l| l.starts_with("Anonymous UUID:")).unwrap();
+    let awake = plain.lines().find(|l| l.starts_with("Time Awake Since Boot:")).unwrap();
+    let expected = format!(
+        "{uuid}\n\nSleep/Wake UUID:       7B2A0D73-8966-4B8D-98E9-CC6EC1B44967\n\n{awake}\nTime Since Wake:       214 seconds\n\n"
+    );
+    assert!(text.contains(&expected), "{text}");
+    // Without them, the block is unchanged (two empty lines, as in Apple's macOS 12 translations).
+    assert!(plain.contains(&format!("{uuid}\n\n\n{awake}\n\n")), "{plain}");
 }
