@@ -127,6 +127,12 @@ pub struct Header {
     pub sleep_wake_uuid: Option<String>,
     /// Seconds since the last wake from sleep (`.ips` `wakeTime`, macOS).
     pub wake_time_seconds: Option<u64>,
+    /// The T2 chip's bridgeOS, `train (build)` (`.ips` `bridgeVersion`, Intel Macs with a T2).
+    pub bridge_os_version: Option<String>,
+    /// App Store item ID (`.ips` `storeInfo.itemID`; App Store builds only).
+    pub app_item_id: Option<String>,
+    /// App Store version ID (`.ips` `storeInfo.softwareVersionExternalIdentifier`; App Store builds only).
+    pub app_external_id: Option<String>,
 }
 
 /// The exception block.

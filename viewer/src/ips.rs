@@ -319,6 +319,12 @@ fn header(meta: &Value, body: &Value) -> Header {
         sip: s(body, "sip"),
         sleep_wake_uuid: s(body, "sleepWakeUUID"),
         wake_time_seconds: u(body, "wakeTime"),
+        bridge_os_version: body.get("bridgeVersion").and_then(|b| match (s(b, "train"), s(b, "build")) {
+            (Some(t), Some(b)) => Some(format!("{t} ({b})")),
+            (t, _) => t,
+        }),
+        app_item_id: body.get("storeInfo").and_then(|i| s(i, "itemID")),
+        app_external_id: body.get("storeInfo").and_then(|i| s(i, "softwareVersionExternalIdentifier")),
     }
 }
 

@@ -237,7 +237,7 @@ fn thread_header_macos(out: &mut String, t: &ThreadLog) {
     let _ = writeln!(out, "Thread {n}{crashed}{colons}{suffix}");
 }
 
-/// ` <name> Dispatch queue: <q>` as macOS prints after `Thread N::` and `Crashed Thread: N` (empty when neither).
+/// ` <name> Dispatch queue: <q>` as macOS prints after `Thread N::` (empty when neither).
 fn thread_suffix_macos(t: &ThreadLog) -> String {
     let mut s = String::new();
     if t.name.is_none() && t.queue.is_none() {
@@ -470,6 +470,8 @@ fn render_macos(log: &CrashLog, out: &mut String) {
     field(out, W, "Path", h.path.as_deref());
     field(out, W, "Identifier", h.identifier.as_deref().or(h.process_name.as_deref()));
     field(out, W, "Version", Some(version(log, false).as_deref().unwrap_or("???")));
+    field(out, W, "App Item ID", h.app_item_id.as_deref());
+    field(out, W, "App External ID", h.app_external_id.as_deref());
     field(out, W, "Code Type", code_type(log).as_deref());
     field(out, W, "Parent Process", name_pid(h.parent_name.as_deref(), h.parent_pid).as_deref());
     field(out, W, "Responsible", name_pid(h.responsible_name.as_deref(), h.responsible_pid).as_deref());
@@ -478,6 +480,7 @@ fn render_macos(log: &CrashLog, out: &mut String) {
     field(out, W, "Date/Time", h.date_time.as_deref());
     field(out, W, "OS Version", h.os_version.as_deref());
     field(out, W, "Report Version", Some(h.report_version.as_deref().unwrap_or("12")));
+    field(out, W, "Bridge OS Version", h.bridge_os_version.as_deref());
     field(out, W, "Anonymous UUID", h.crash_reporter_key.as_deref());
     out.push('\n');
     field(out, W, "Sleep/Wake UUID", h.sleep_wake_uuid.as_deref());
@@ -491,7 +494,16 @@ fn render_macos(log: &CrashLog, out: &mut String) {
         let _ = writeln!(out, "System Integrity Protection: {sip}\n");
     }
     if let Some(t) = log.triggered_thread {
-        let suffix = log.threads.iter().find(|x| x.index == t).map(thread_suffix_macos).unwrap_or_default();
+        // Two spaces before the thread's name and before its queue (`0  CrBrowserMain  Dispatch queue: ...`),
+        // unlike the single spaces of the thread's own header line.
+        let thread = log.threads.iter().find(|x| x.index == t);
+        let mut suffix = String::new();
+        if let Some(name) = thread.and_then(|x| x.name.as_deref()) {
+            let _ = write!(suffix, "  {name}");
+        }
+        if let Some(q) = thread.and_then(|x| x.queue.as_deref()) {
+            let _ = write!(suffix, "  Dispatch queue: {q}");
+        }
         field(out, W, "Crashed Thread", Some(&format!("{t}{suffix}")));
         out.push('\n');
     }

@@ -206,3 +206,49 @@ fn macos_12_to_15_print_sleep_wake_and_time_since_wake_when_the_ips_has_them() {
     // Without them, the block is unchanged (two empty lines, as in Apple's macOS 12 translations).
     assert!(plain.contains(&format!("{uuid}\n\n\n{awake}\n\n")), "{plain}");
 }
+
+/// Renders `macsymbolicator/macos12-single-target/report.ips` with `edit` applied to its JSON body.
+fn render_single_target_with(edit: impl Fn(&str) -> String) -> String {
+    let ips = std::fs::read_to_string(third_party("macsymbolicator/macos12-single-target/report.ips")).unwrap();
+    viewer::render_bytes(edit(&ips).as_bytes()).unwrap()
+}
+
+#[test]
+fn macos_12_to_15_app_store_and_bridge_os_lines() {
+    // Apple's macOS 14-15 translations of App Store apps and of Intel Macs with a T2 (Console reports seen in public
+    // repositories without a licence, so not in the corpus) print `App Item ID:`/`App External ID:` under `Version:`
+    // (from `storeInfo`) and `Bridge OS Version: <train> (<build>)` under `Report Version:` (from `bridgeVersion`).
+    let text = render_single_target_with(|ips| {
+        ips.replacen(
+            "\"uptime\" :",
+            "\"storeInfo\" : {\"itemID\":\"1488888843\",\"softwareVersionExternalIdentifier\":\"867475105\"},\n  \
+             \"bridgeVersion\" : {\"build\":\"23P1072\",\"train\":\"10.1\"},\n  \"uptime\" :",
+            1,
+        )
+    });
+    let lines: Vec<&str> = text.lines().collect();
+    let at = |prefix: &str| lines.iter().position(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("{prefix}"));
+    assert_eq!(lines[at("Version:") + 1], "App Item ID:           1488888843");
+    assert_eq!(lines[at("Version:") + 2], "App External ID:       867475105");
+    assert!(lines[at("Version:") + 3].starts_with("Code Type:"));
+    assert_eq!(lines[at("Report Version:") + 1], "Bridge OS Version:     10.1 (23P1072)");
+    assert!(lines[at("Report Version:") + 2].starts_with("Anonymous UUID:"));
+}
+
+#[test]
+fn macos_12_to_15_crashed_thread_names_the_thread_with_two_spaces() {
+    // Apple (macOS 15.6/15.7 Console reports, as above): `Crashed Thread:        0  CrBrowserMain  Dispatch queue:
+    // com.apple.main-thread`, while the thread's own header keeps single spaces.
+    let text = render_single_target_with(|ips| {
+        ips.replacen(
+            "\"queue\":\"com.apple.main-thread\"",
+            "\"name\":\"CrBrowserMain\",\"queue\":\"com.apple.main-thread\"",
+            1,
+        )
+    });
+    assert!(
+        text.contains("Crashed Thread:        0  CrBrowserMain  Dispatch queue: com.apple.main-thread\n"),
+        "{text}"
+    );
+    assert!(text.contains("Thread 0 Crashed:: CrBrowserMain Dispatch queue: com.apple.main-thread\n"), "{text}");
+}
