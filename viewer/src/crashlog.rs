@@ -123,6 +123,16 @@ pub struct Header {
     pub uptime_seconds: Option<u64>,
     /// System Integrity Protection state (macOS).
     pub sip: Option<String>,
+    /// Sleep/wake cycle identifier (`.ips` `sleepWakeUUID`, macOS).
+    pub sleep_wake_uuid: Option<String>,
+    /// Seconds since the last wake from sleep (`.ips` `wakeTime`, macOS).
+    pub wake_time_seconds: Option<u64>,
+    /// The T2 chip's bridgeOS, `train (build)` (`.ips` `bridgeVersion`, Intel Macs with a T2).
+    pub bridge_os_version: Option<String>,
+    /// App Store item ID (`.ips` `storeInfo.itemID`; App Store builds only).
+    pub app_item_id: Option<String>,
+    /// App Store version ID (`.ips` `storeInfo.softwareVersionExternalIdentifier`; App Store builds only).
+    pub app_external_id: Option<String>,
 }
 
 /// The exception block.

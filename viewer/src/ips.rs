@@ -93,6 +93,11 @@ pub fn parse(bytes: &[u8]) -> Result<Ips, IpsError> {
 
 /// Parses the JSON body; when it is cut short, closes the open containers and notes the loss in `problems`.
 fn parse_body(text: &str, problems: &mut Vec<String>) -> Option<Value> {
+    // macOS writes a plain-text system profile (`Model: ...`, `Graphics: ...`) after the JSON body; the body is the
+    // first JSON value and the text after it is not part of the crash.
+    if let Some(Ok(v)) = serde_json::Deserializer::from_str(text).into_iter::<Value>().next() {
+        return Some(v);
+    }
     match serde_json::from_str::<Value>(text) {
         Ok(v) => Some(v),
         Err(e) => {
@@ -312,6 +317,14 @@ fn header(meta: &Value, body: &Value) -> Header {
         report_version: None,
         uptime_seconds: u(body, "uptime"),
         sip: s(body, "sip"),
+        sleep_wake_uuid: s(body, "sleepWakeUUID"),
+        wake_time_seconds: u(body, "wakeTime"),
+        bridge_os_version: body.get("bridgeVersion").and_then(|b| match (s(b, "train"), s(b, "build")) {
+            (Some(t), Some(b)) => Some(format!("{t} ({b})")),
+            (t, _) => t,
+        }),
+        app_item_id: body.get("storeInfo").and_then(|i| s(i, "itemID")),
+        app_external_id: body.get("storeInfo").and_then(|i| s(i, "softwareVersionExternalIdentifier")),
     }
 }
 
@@ -478,6 +491,16 @@ mod tests {
         assert_eq!(log.header.process_name.as_deref(), Some("X"));
         assert_eq!(log.header.pid, Some(7));
         assert_eq!(log.problems.len(), 1, "{:?}", log.problems);
+    }
+
+    #[test]
+    fn system_profile_after_the_body_is_not_damage() {
+        // macOS .ips files end with a text system profile after the JSON body.
+        let ips =
+            "{\"bug_type\":\"309\"}\n{\"procName\":\"X\",\"threads\":[]}\n\nModel: Mac16,11, BootROM 1\nGraphics: M4\n";
+        let Ips::Crash(log) = parse(ips.as_bytes()).unwrap() else { panic!("not a crash") };
+        assert_eq!(log.header.process_name.as_deref(), Some("X"));
+        assert!(log.problems.is_empty(), "{:?}", log.problems);
     }
 
     #[test]

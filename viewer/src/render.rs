@@ -6,6 +6,8 @@
 use crate::crashlog::{CrashLog, Flavor, FrameLog, ImageLog, SymbolInfo, ThreadLog, ThreadState};
 use std::fmt::Write as _;
 
+mod macos26;
+
 /// Which era's layout to print.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Layout {
@@ -20,6 +22,7 @@ pub enum Layout {
 pub fn render(log: &CrashLog, layout: Layout) -> String {
     let mut out = String::with_capacity(16 * 1024 + log.threads.len() * 4096);
     match (log.flavor, layout) {
+        (Flavor::Macos, Layout::Modern) if macos26::applies(log) => macos26::render(log, &mut out),
         (Flavor::Macos, Layout::Modern) => render_macos(log, &mut out),
         (_, Layout::Modern) => render_ios(log, &mut out, false),
         (_, Layout::Legacy) => render_ios(log, &mut out, true),
@@ -234,7 +237,7 @@ fn thread_header_macos(out: &mut String, t: &ThreadLog) {
     let _ = writeln!(out, "Thread {n}{crashed}{colons}{suffix}");
 }
 
-/// ` <name> Dispatch queue: <q>` as macOS prints after `Thread N::` and `Crashed Thread: N` (empty when neither).
+/// ` <name> Dispatch queue: <q>` as macOS prints after `Thread N::` (empty when neither).
 fn thread_suffix_macos(t: &ThreadLog) -> String {
     let mut s = String::new();
     if t.name.is_none() && t.queue.is_none() {
@@ -361,9 +364,10 @@ fn registers(out: &mut String, st: &ThreadState) {
                 let _ = writeln!(out, "Logical CPU:     {cpu}");
             }
             if let Some(err) = get("err") {
-                let _ = write!(out, "Error Code:      0x{err:08x}");
+                // Apple prints `0x%08x %s`: the space stays when the trap has no description.
+                let _ = write!(out, "Error Code:      0x{err:08x} ");
                 if let Some(d) = &st.fault_description {
-                    let _ = write!(out, " {d}");
+                    out.push_str(d);
                 }
                 out.push('\n');
             }
@@ -466,6 +470,8 @@ fn render_macos(log: &CrashLog, out: &mut String) {
     field(out, W, "Path", h.path.as_deref());
     field(out, W, "Identifier", h.identifier.as_deref().or(h.process_name.as_deref()));
     field(out, W, "Version", Some(version(log, false).as_deref().unwrap_or("???")));
+    field(out, W, "App Item ID", h.app_item_id.as_deref());
+    field(out, W, "App External ID", h.app_external_id.as_deref());
     field(out, W, "Code Type", code_type(log).as_deref());
     field(out, W, "Parent Process", name_pid(h.parent_name.as_deref(), h.parent_pid).as_deref());
     field(out, W, "Responsible", name_pid(h.responsible_name.as_deref(), h.responsible_pid).as_deref());
@@ -474,16 +480,30 @@ fn render_macos(log: &CrashLog, out: &mut String) {
     field(out, W, "Date/Time", h.date_time.as_deref());
     field(out, W, "OS Version", h.os_version.as_deref());
     field(out, W, "Report Version", Some(h.report_version.as_deref().unwrap_or("12")));
+    field(out, W, "Bridge OS Version", h.bridge_os_version.as_deref());
     field(out, W, "Anonymous UUID", h.crash_reporter_key.as_deref());
-    out.push_str("\n\n");
+    out.push('\n');
+    field(out, W, "Sleep/Wake UUID", h.sleep_wake_uuid.as_deref());
+    out.push('\n');
     if let Some(up) = h.uptime_seconds {
-        let _ = writeln!(out, "Time Awake Since Boot: {up} seconds\n");
+        let _ = writeln!(out, "Time Awake Since Boot: {up} seconds");
+        field(out, W, "Time Since Wake", h.wake_time_seconds.map(|w| format!("{w} seconds")).as_deref());
+        out.push('\n');
     }
     if let Some(sip) = &h.sip {
         let _ = writeln!(out, "System Integrity Protection: {sip}\n");
     }
     if let Some(t) = log.triggered_thread {
-        let suffix = log.threads.iter().find(|x| x.index == t).map(thread_suffix_macos).unwrap_or_default();
+        // Two spaces before the thread's name and before its queue (`0  CrBrowserMain  Dispatch queue: ...`),
+        // unlike the single spaces of the thread's own header line.
+        let thread = log.threads.iter().find(|x| x.index == t);
+        let mut suffix = String::new();
+        if let Some(name) = thread.and_then(|x| x.name.as_deref()) {
+            let _ = write!(suffix, "  {name}");
+        }
+        if let Some(q) = thread.and_then(|x| x.queue.as_deref()) {
+            let _ = write!(suffix, "  Dispatch queue: {q}");
+        }
         field(out, W, "Crashed Thread", Some(&format!("{t}{suffix}")));
         out.push('\n');
     }
@@ -511,6 +531,12 @@ fn render_macos(log: &CrashLog, out: &mut String) {
     if let Some(info) = &log.vm_region_info {
         let _ = writeln!(out, "VM Region Info: {info}\n");
     }
+    macos_tail(log, out);
+}
+
+/// Threads, crashed thread state, Binary Images, External Modification Summary and VM Region Summary: the same in
+/// the macOS 12-15 and macOS 26 layouts.
+fn macos_tail(log: &CrashLog, out: &mut String) {
     threads_and_state(out, log, false, thread_header_macos);
     binary_images(out, log, image_line_macos);
     out.push('\n');

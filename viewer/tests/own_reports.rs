@@ -189,11 +189,11 @@ fn threads_are_numbered_and_printed_in_task_order_with_the_crashed_one_marked() 
     // A model handed over unsorted (not through the decoder) is printed in index order too.
     let direct = viewer::render_report(&report, &[]);
     assert_eq!(direct, text);
-    // macOS: `Crashed Thread:` names the task index and the thread's name.
+    // macOS: `Crashed Thread:` names the task index and, after two spaces as Apple prints it, the thread's name.
     let mut mac = report.clone();
     mac.meta.as_mut().unwrap().os.name = Some("macOS".into());
     let text = viewer::render_report(&mac, &[]);
-    assert!(text.contains("\nCrashed Thread:        2 crasher\n"), "{text}");
+    assert!(text.contains("\nCrashed Thread:        2  crasher\n"), "{text}");
     let (a, b) = (text.find("\nThread 0::").unwrap(), text.find("\nThread 2 Crashed:: crasher\n").unwrap());
     assert!(a < b);
 }

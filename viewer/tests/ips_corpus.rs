@@ -1,0 +1,254 @@
+//! The `.ips` corpus: real crash reports with Apple's own translation of each (tests/fixtures/third_party/*; each
+//! folder's README gives provenance and licence). Every `.ips` is rendered as `viewer render FILE` does (no
+//! symbolication) and must equal Apple's text byte for byte. Where Apple's file differs from what any renderer could
+//! print from the `.ips` alone, the difference is named per pair in [`Tolerated`], with its reason; nothing else is
+//! normalised.
+
+use std::path::{Path, PathBuf};
+
+fn third_party(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/third_party").join(rel)
+}
+
+/// Where a pair's two texts live.
+enum Files {
+    /// A raw `.ips` and a separate file with Apple's translation of it.
+    Separate { ips: &'static str, apple: &'static str },
+    /// One file as Console saves it on macOS 12+: a `Translated Report (Full Report Below)` banner, Apple's
+    /// translation, then `Full Report` and the `.ips` it was made from.
+    FullReport(&'static str),
+}
+
+/// A difference between Apple's file and anything the `.ips` can give, allowed for one pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tolerated {
+    /// Xcode's device-log export (Xcode 14) writes the `.ips` metadata line (one line of JSON) before the text and
+    /// leaves off the translation's last newline. That line is a copy of the `.ips` header, not part of the
+    /// translation: the comparison starts at the newline that ends it (the translation's own first character) and
+    /// adds the one final newline back. (The same repository's copy without the metadata line has exactly that
+    /// text.)
+    XcodeMetadataLine,
+    /// The file was committed from an editor that strips trailing spaces (no line of it ends with a space, also
+    /// where Apple's text has one and the `.ips` strings still hold them). Lines are compared without trailing
+    /// spaces on both sides; everything else stays exact.
+    TrailingSpacesStripped,
+}
+
+struct Pair {
+    name: &'static str,
+    files: Files,
+    tolerated: &'static [Tolerated],
+}
+
+const BANNER: &str = "-------------------------------------\nTranslated Report (Full Report Below)\n-------------------------------------\n";
+const FULL: &str = "-----------\nFull Report\n-----------\n\n";
+
+const PAIRS: &[Pair] = &[
+    Pair {
+        name: "macsymbolicator/ios15-swift-assert",
+        files: Files::Separate { ips: "report.ips", apple: "apple-translation.crash" },
+        tolerated: &[],
+    },
+    Pair {
+        name: "macsymbolicator/macos12-single-target",
+        files: Files::Separate { ips: "report.ips", apple: "apple-translation.crash" },
+        tolerated: &[],
+    },
+    Pair {
+        name: "macsymbolicator/macos12-multi-target",
+        files: Files::Separate { ips: "report.ips", apple: "apple-translation.crash" },
+        tolerated: &[],
+    },
+    Pair {
+        name: "macsymbolicator/ios16-swift-assert",
+        files: Files::Separate { ips: "report.ips", apple: "apple-translation-with-json-header.crash" },
+        tolerated: &[Tolerated::XcodeMetadataLine],
+    },
+    pitchenga("macos26-sigsegv-thread0-e4e83ee"),
+    pitchenga("macos26-sigsegv-thread9-af1ab22"),
+    pitchenga("macos26-sigsegv-thread6-d2f2514"),
+    pitchenga("macos26-sigtrap-thread0-12e4228"),
+    pitchenga("macos26-sigsegv-thread0-6dce115"),
+    pitchenga("macos26-sigsegv-thread0-9f98011"),
+    pitchenga("macos26-sigsegv-thread0-50b1dca"),
+    pitchenga("macos26-sigsegv-thread0-8391929"),
+    pitchenga("macos26-sigsegv-thread0-2f82d36"),
+    pitchenga("macos26-sigsegv-thread0-548f697"),
+];
+
+const fn pitchenga(folder: &'static str) -> Pair {
+    // `name` is only the folder; `load` prefixes the corpus directory.
+    Pair { name: folder, files: Files::FullReport("crash.txt"), tolerated: &[Tolerated::TrailingSpacesStripped] }
+}
+
+fn folder(pair: &Pair) -> PathBuf {
+    match pair.files {
+        Files::Separate { .. } => third_party(pair.name),
+        Files::FullReport(_) => third_party("pitchenga").join(pair.name),
+    }
+}
+
+/// The `.ips` bytes and Apple's text, after the pair's tolerated differences are applied to Apple's side.
+fn load(pair: &Pair) -> (Vec<u8>, String) {
+    let dir = folder(pair);
+    let (ips, mut apple) = match pair.files {
+        Files::Separate { ips, apple } => {
+            (std::fs::read(dir.join(ips)).unwrap(), std::fs::read_to_string(dir.join(apple)).unwrap())
+        }
+        Files::FullReport(file) => {
+            let all = std::fs::read_to_string(dir.join(file)).unwrap();
+            // Some files start with the developer's own console lines pasted above Console's banner; they are not
+            // part of the report and are skipped with it.
+            let (_, rest) =
+                all.split_once(BANNER).unwrap_or_else(|| panic!("{}: no Translated Report banner", pair.name));
+            let (text, ips) = rest.split_once(FULL).unwrap_or_else(|| panic!("{}: no Full Report part", pair.name));
+            // The rest is the `.ips` as macOS stored it (JSON body, then a text system profile) and Console's final
+            // newline.
+            (ips.as_bytes().to_vec(), text.to_string())
+        }
+    };
+    if pair.tolerated.contains(&Tolerated::TrailingSpacesStripped) {
+        // The reason must hold: not one line of Apple's side ends with a space.
+        assert!(
+            !apple.split('\n').any(|l| l.ends_with(' ')),
+            "{}: has trailing spaces; tolerance not needed",
+            pair.name
+        );
+    }
+    if pair.tolerated.contains(&Tolerated::XcodeMetadataLine) {
+        // The translation itself starts with a newline, which ends the metadata line in Xcode's file.
+        let at = apple.find('\n').unwrap();
+        assert!(apple.starts_with("{\"app_name\""), "{}: first line is not the .ips metadata", pair.name);
+        apple = format!("{}\n", &apple[at..]);
+    }
+    (ips, apple)
+}
+
+/// The first difference between two texts, as a readable message, or `None` when they are equal.
+fn first_difference(got: &str, expected: &str) -> Option<String> {
+    if got == expected {
+        return None;
+    }
+    let (g, e): (Vec<&str>, Vec<&str>) = (got.split('\n').collect(), expected.split('\n').collect());
+    for (i, (gl, el)) in g.iter().zip(&e).enumerate() {
+        if gl != el {
+            return Some(format!("line {}:\n  viewer: {gl:?}\n  apple:  {el:?}", i + 1));
+        }
+    }
+    Some(format!("same first {} lines; viewer has {} lines, apple {}", g.len().min(e.len()), g.len(), e.len()))
+}
+
+fn without_trailing_spaces(s: &str) -> String {
+    s.split('\n').map(str::trim_end).collect::<Vec<_>>().join("\n")
+}
+
+/// Renders one pair and compares it, applying only that pair's tolerated differences.
+fn check(pair: &Pair) -> Option<String> {
+    let (ips, apple) = load(pair);
+    let got = match viewer::render_bytes(&ips) {
+        Ok(t) => t,
+        Err(e) => return Some(format!("does not load: {e}")),
+    };
+    if pair.tolerated.contains(&Tolerated::TrailingSpacesStripped) {
+        first_difference(&without_trailing_spaces(&got), &apple)
+    } else {
+        first_difference(&got, &apple)
+    }
+}
+
+#[test]
+fn every_corpus_report_renders_like_apples_translation() {
+    let failures: Vec<String> = PAIRS.iter().filter_map(|p| check(p).map(|d| format!("{}: {d}", p.name))).collect();
+    assert!(failures.is_empty(), "{} of {} pairs differ:\n{}", failures.len(), PAIRS.len(), failures.join("\n"));
+}
+
+#[test]
+fn the_corpus_has_what_the_readme_promises() {
+    // Each pair's files exist and the split of Console's combined files finds both parts.
+    assert!(PAIRS.len() >= 14);
+    for p in PAIRS {
+        let (ips, apple) = load(p);
+        assert!(viewer::load(&ips).is_ok(), "{}", p.name);
+        assert!(apple.contains("Binary Images:"), "{}", p.name);
+    }
+}
+
+#[test]
+fn trailing_space_tolerance_only_touches_line_ends() {
+    // The one normalisation that touches Apple's side must not hide any other difference.
+    assert_eq!(without_trailing_spaces("a  \n b \n\n--->  \n"), "a\n b\n\n--->\n");
+    assert!(first_difference(&without_trailing_spaces("x 1\n"), "x  1\n").is_some());
+    assert!(first_difference("a\n", "a\n\n").is_some());
+}
+
+#[test]
+fn macos_12_to_15_print_sleep_wake_and_time_since_wake_when_the_ips_has_them() {
+    // None of the macOS 12-15 pairs holds `sleepWakeUUID`/`wakeTime`; the layout with them is the one of a macOS 13
+    // Console translation kept as test input by LLVM (lldb/test/Shell/ScriptInterpreter/Python/Crashlog/Inputs/
+    // interactive_crashlog/multithread-test.crash): the UUID between two empty lines after `Anonymous UUID:`, and
+    // `Time Since Wake:` right under `Time Awake Since Boot:`.
+    let ips = std::fs::read_to_string(third_party("macsymbolicator/macos12-single-target/report.ips")).unwrap();
+    let ips = ips.replacen(
+        "\"uptime\" :",
+        "\"sleepWakeUUID\" : \"7B2A0D73-8966-4B8D-98E9-CC6EC1B44967\",\n  \"wakeTime\" : 214,\n  \"uptime\" :",
+        1,
+    );
+    let text = viewer::render_bytes(ips.as_bytes()).unwrap();
+    let plain =
+        viewer::render_bytes(&std::fs::read(third_party("macsymbolicator/macos12-single-target/report.ips")).unwrap())
+            .unwrap();
+    let uuid = plain.lines().find(|l| l.starts_with("Anonymous UUID:")).unwrap();
+    let awake = plain.lines().find(|l| l.starts_with("Time Awake Since Boot:")).unwrap();
+    let expected = format!(
+        "{uuid}\n\nSleep/Wake UUID:       7B2A0D73-8966-4B8D-98E9-CC6EC1B44967\n\n{awake}\nTime Since Wake:       214 seconds\n\n"
+    );
+    assert!(text.contains(&expected), "{text}");
+    // Without them, the block is unchanged (two empty lines, as in Apple's macOS 12 translations).
+    assert!(plain.contains(&format!("{uuid}\n\n\n{awake}\n\n")), "{plain}");
+}
+
+/// Renders `macsymbolicator/macos12-single-target/report.ips` with `edit` applied to its JSON body.
+fn render_single_target_with(edit: impl Fn(&str) -> String) -> String {
+    let ips = std::fs::read_to_string(third_party("macsymbolicator/macos12-single-target/report.ips")).unwrap();
+    viewer::render_bytes(edit(&ips).as_bytes()).unwrap()
+}
+
+#[test]
+fn macos_12_to_15_app_store_and_bridge_os_lines() {
+    // Apple's macOS 14-15 translations of App Store apps and of Intel Macs with a T2 (Console reports seen in public
+    // repositories without a licence, so not in the corpus) print `App Item ID:`/`App External ID:` under `Version:`
+    // (from `storeInfo`) and `Bridge OS Version: <train> (<build>)` under `Report Version:` (from `bridgeVersion`).
+    let text = render_single_target_with(|ips| {
+        ips.replacen(
+            "\"uptime\" :",
+            "\"storeInfo\" : {\"itemID\":\"1488888843\",\"softwareVersionExternalIdentifier\":\"867475105\"},\n  \
+             \"bridgeVersion\" : {\"build\":\"23P1072\",\"train\":\"10.1\"},\n  \"uptime\" :",
+            1,
+        )
+    });
+    let lines: Vec<&str> = text.lines().collect();
+    let at = |prefix: &str| lines.iter().position(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("{prefix}"));
+    assert_eq!(lines[at("Version:") + 1], "App Item ID:           1488888843");
+    assert_eq!(lines[at("Version:") + 2], "App External ID:       867475105");
+    assert!(lines[at("Version:") + 3].starts_with("Code Type:"));
+    assert_eq!(lines[at("Report Version:") + 1], "Bridge OS Version:     10.1 (23P1072)");
+    assert!(lines[at("Report Version:") + 2].starts_with("Anonymous UUID:"));
+}
+
+#[test]
+fn macos_12_to_15_crashed_thread_names_the_thread_with_two_spaces() {
+    // Apple (macOS 15.6/15.7 Console reports, as above): `Crashed Thread:        0  CrBrowserMain  Dispatch queue:
+    // com.apple.main-thread`, while the thread's own header keeps single spaces.
+    let text = render_single_target_with(|ips| {
+        ips.replacen(
+            "\"queue\":\"com.apple.main-thread\"",
+            "\"name\":\"CrBrowserMain\",\"queue\":\"com.apple.main-thread\"",
+            1,
+        )
+    });
+    assert!(
+        text.contains("Crashed Thread:        0  CrBrowserMain  Dispatch queue: com.apple.main-thread\n"),
+        "{text}"
+    );
+    assert!(text.contains("Thread 0 Crashed:: CrBrowserMain Dispatch queue: com.apple.main-thread\n"), "{text}");
+}
