@@ -198,13 +198,14 @@ pub struct AtosResult {
 /// Resolves runtime addresses against one debug file loaded at `load_address` (the runtime address of the image
 /// start: Mach-O header / first ELF segment). Looks up each address exactly as given (like Apple's `atos`).
 pub fn atos(file: &symbols::DebugFile, load_address: u64, addresses: &[u64]) -> Vec<AtosResult> {
-    addresses
+    let queries: Vec<(u64, u64)> = addresses
         .iter()
         .map(|&address| {
             let svma = address.wrapping_sub(load_address).wrapping_add(file.image_base);
-            AtosResult { address, frames: file.lookup(svma, svma) }
+            (svma, svma)
         })
-        .collect()
+        .collect();
+    addresses.iter().zip(file.lookup_batch(&queries)).map(|(&address, frames)| AtosResult { address, frames }).collect()
 }
 
 /// Formats one [`AtosResult`] as lines: `function + offset (file:line)` per frame, inlined frames marked

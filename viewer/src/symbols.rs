@@ -156,15 +156,18 @@ fn macho_cpusubtype<'a, R: ReadRef<'a>>(f: &object::File<'a, R>) -> Option<u32> 
 }
 
 /// A parsed debug file (or slice): symbol table and DWARF, ready for lookups.
+///
+/// The file is read once into one shared buffer; the DWARF sections and the symbol names are ranges of it (only
+/// compressed sections get buffers of their own), so loading copies nothing else.
 pub struct DebugFile {
     /// Where it came from.
     pub identity: Identity,
     /// Link-time address of the image start: Mach-O `__TEXT` vmaddr; ELF first `PT_LOAD` vaddr (page-aligned).
     pub image_base: u64,
-    /// Is this a Mach-O (symbol names carry a leading `_`)?
-    macho: bool,
-    /// Function symbols sorted by address: (start, end, raw name).
-    symbols: Vec<(u64, u64, String)>,
+    /// Function symbols, sorted by address.
+    symbols: SymbolTable,
+    /// The DWARF sections present (readers over the shared buffer), to build more contexts for parallel lookups.
+    sections: Vec<(gimli::SectionId, Reader)>,
     /// DWARF, when present.
     dwarf: Option<Context<Reader>>,
     /// Set when a DWARF lookup panicked inside a library (corrupt debug info); DWARF is not used again.
@@ -176,7 +179,7 @@ impl std::fmt::Debug for DebugFile {
         f.debug_struct("DebugFile")
             .field("identity", &self.identity)
             .field("image_base", &self.image_base)
-            .field("symbols", &self.symbols.len())
+            .field("symbols", &self.symbols.entries.len())
             .field("dwarf", &self.dwarf.is_some())
             .finish()
     }
@@ -202,6 +205,9 @@ impl std::fmt::Display for LoadError {
 
 impl std::error::Error for LoadError {}
 
+/// Batches smaller than this are resolved on the calling thread: a second DWARF context costs more than it saves.
+const PARALLEL_BATCH_MIN: usize = 2048;
+
 impl DebugFile {
     /// Reads and parses one object. For a universal file, `identity.object.slice` selects the slice.
     ///
@@ -217,7 +223,7 @@ impl DebugFile {
     }
 
     fn load_inner(identity: Identity) -> Result<DebugFile, LoadError> {
-        let data = fs::read(&identity.object.path).map_err(LoadError::Io)?;
+        let data = read_shared(&identity.object.path).map_err(LoadError::Io)?;
         let bytes: &[u8] = match identity.object.slice {
             Some((off, size)) => usize::try_from(off)
                 .ok()
@@ -233,14 +239,16 @@ impl DebugFile {
         } else {
             obj.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff
         };
-        let symbols = symbol_table(&obj);
-        let dwarf = if obj.section_by_name(".debug_info").is_some() { load_dwarf(&obj) } else { None };
-        Ok(DebugFile { identity, image_base, macho, symbols, dwarf, dwarf_broken: std::cell::Cell::new(false) })
+        let symbols = SymbolTable::new(&obj, &data, macho);
+        let sections =
+            if obj.section_by_name(".debug_info").is_some() { dwarf_sections(&obj, &data) } else { Vec::new() };
+        let dwarf = if sections.is_empty() { None } else { context(&sections) };
+        Ok(DebugFile { identity, image_base, symbols, sections, dwarf, dwarf_broken: std::cell::Cell::new(false) })
     }
 
     /// Number of function symbols indexed.
     pub fn symbol_count(&self) -> usize {
-        self.symbols.len()
+        self.symbols.entries.len()
     }
 
     /// True when DWARF line information is available.
@@ -252,47 +260,157 @@ impl DebugFile {
     /// address); offsets are computed from `address`. Returns the frames at that address, innermost (inlined)
     /// first and the out-of-line function last; empty when nothing covers it.
     pub fn lookup(&self, address: u64, probe: u64) -> Vec<SymbolInfo> {
-        let out = if self.dwarf_broken.get() {
-            Vec::new()
-        } else {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.dwarf_frames(address, probe))).unwrap_or_else(
-                |_| {
-                    self.dwarf_broken.set(true);
-                    Vec::new()
-                },
-            )
+        let out = match (&self.dwarf, self.dwarf_broken.get()) {
+            (Some(ctx), false) => {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dwarf_frames(ctx, address, probe)))
+                    .unwrap_or_else(|_| {
+                        self.dwarf_broken.set(true);
+                        Vec::new()
+                    })
+            }
+            _ => Vec::new(),
         };
-        let sym = self.symbol_at(probe);
-        self.finish_lookup(out, address, sym)
+        self.symbols.finish_lookup(out, address, probe)
     }
 
-    /// The DWARF part of [`DebugFile::lookup`]: frames innermost first, names possibly empty.
-    fn dwarf_frames(&self, address: u64, probe: u64) -> Vec<SymbolInfo> {
-        let mut out = Vec::new();
-        if let Some(ctx) = &self.dwarf {
-            if let Ok(mut frames) = ctx.find_frames(probe).skip_all_loads() {
-                while let Ok(Some(f)) = frames.next() {
-                    let raw = f.function.as_ref().and_then(|n| n.raw_name().ok()).map(|c| c.into_owned());
-                    let start = f.dw_die_offset.and_then(|off| die_start(ctx, probe, off));
-                    let (file, line) = match &f.location {
-                        Some(l) => (l.file.map(str::to_string), l.file.map(|_| u64::from(l.line.unwrap_or(0)))),
-                        None => (None, None),
-                    };
-                    out.push(SymbolInfo {
-                        name: raw.as_deref().map(demangle::demangle).unwrap_or_default(),
-                        offset: start.map(|s| address.wrapping_sub(s)),
-                        file,
-                        line,
-                    });
+    /// [`DebugFile::lookup`] for many `(address, probe)` pairs; the results are in the order of `queries`.
+    ///
+    /// A large batch (2,048 queries or more) on a machine with several cores is sorted by address and split into
+    /// one contiguous run per core: the calling thread resolves the first run with this file's DWARF context, and
+    /// each other run gets a thread and a context of its own (an `addr2line` context is single-threaded; the file
+    /// bytes and the symbol table are shared, not copied). Sorting also makes each run touch few compilation units,
+    /// so the units parsed per context stay few. The results are the same as one [`DebugFile::lookup`] per query.
+    pub fn lookup_batch(&self, queries: &[(u64, u64)]) -> Vec<Vec<SymbolInfo>> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let Some(ctx) = self.dwarf.as_ref().filter(|_| !self.dwarf_broken.get()) else {
+            return queries.iter().map(|&(a, p)| self.lookup(a, p)).collect();
+        };
+        if cores < 2 || queries.len() < PARALLEL_BATCH_MIN {
+            return queries.iter().map(|&(a, p)| self.lookup(a, p)).collect();
+        }
+        let mut order: Vec<usize> = (0..queries.len()).collect();
+        order.sort_by_key(|&i| queries[i].1);
+        let per = order.len().div_ceil(cores.min(8));
+        let mut runs = order.chunks(per);
+        let first = runs.next().unwrap_or(&[]);
+        let (symbols, sections) = (&self.symbols, self.sections.as_slice());
+        // One run: (query index, frames). `None` when the DWARF parser panicked (corrupt debug info).
+        let resolve = |ctx: &Context<Reader>, run: &[usize]| -> Option<Vec<(usize, Vec<SymbolInfo>)>> {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                run.iter()
+                    .map(|&i| {
+                        let (a, p) = queries[i];
+                        (i, symbols.finish_lookup(dwarf_frames(ctx, a, p), a, p))
+                    })
+                    .collect()
+            }))
+            .ok()
+        };
+        let mut out: Vec<Vec<SymbolInfo>> = vec![Vec::new(); queries.len()];
+        let mut failed: Vec<&[usize]> = Vec::new();
+        std::thread::scope(|scope| {
+            let others: Vec<_> =
+                runs.map(|run| (run, scope.spawn(move || context(sections).and_then(|c| resolve(&c, run))))).collect();
+            let mine = resolve(ctx, first);
+            if mine.is_none() {
+                self.dwarf_broken.set(true);
+            }
+            for (run, results) in std::iter::once((first, mine)).chain(others.into_iter().map(|(run, h)| {
+                let r = h.join().ok().flatten();
+                (run, r)
+            })) {
+                match results {
+                    Some(v) => v.into_iter().for_each(|(i, frames)| out[i] = frames),
+                    None => failed.push(run),
                 }
+            }
+        });
+        // A run whose DWARF lookups failed gets the symbol table alone, as `lookup` does once DWARF is broken.
+        for run in failed {
+            for &i in run {
+                let (a, p) = queries[i];
+                out[i] = self.symbols.finish_lookup(Vec::new(), a, p);
             }
         }
         out
     }
 
-    fn finish_lookup(&self, mut out: Vec<SymbolInfo>, address: u64, sym: Option<(u64, u64, &str)>) -> Vec<SymbolInfo> {
+    /// The symbol-table entry covering `addr`: `(start, end, raw name)`.
+    pub fn symbol_at(&self, addr: u64) -> Option<(u64, u64, &str)> {
+        self.symbols.at(addr)
+    }
+
+    /// Demangled display form of a raw symbol-table name (Mach-O's leading `_` removed first).
+    pub fn display_name(&self, raw: &str) -> String {
+        self.symbols.display_name(raw)
+    }
+}
+
+/// The DWARF part of [`DebugFile::lookup`]: frames innermost first, names possibly empty.
+fn dwarf_frames(ctx: &Context<Reader>, address: u64, probe: u64) -> Vec<SymbolInfo> {
+    let mut out = Vec::new();
+    if let Ok(mut frames) = ctx.find_frames(probe).skip_all_loads() {
+        while let Ok(Some(f)) = frames.next() {
+            let name = f.function.as_ref().and_then(|n| n.raw_name().ok()).map(|c| demangle::demangle(&c));
+            let start = f.dw_die_offset.and_then(|off| die_start(ctx, probe, off));
+            let (file, line) = match &f.location {
+                Some(l) => (l.file.map(str::to_string), l.file.map(|_| u64::from(l.line.unwrap_or(0)))),
+                None => (None, None),
+            };
+            out.push(SymbolInfo {
+                name: name.unwrap_or_default(),
+                offset: start.map(|s| address.wrapping_sub(s)),
+                file,
+                line,
+            });
+        }
+    }
+    out
+}
+
+/// One function symbol: address range and where its raw name lies in the file's bytes.
+#[derive(Clone, Copy, Debug)]
+struct Sym {
+    start: u64,
+    end: u64,
+    name_at: usize,
+    name_len: usize,
+}
+
+/// Function symbols sorted by address, their names borrowed from the file's bytes (checked UTF-8 when built).
+struct SymbolTable {
+    data: Arc<[u8]>,
+    entries: Vec<Sym>,
+    /// Is this a Mach-O (symbol names carry a leading `_`)?
+    macho: bool,
+}
+
+impl SymbolTable {
+    fn new(obj: &object::File<'_>, data: &Arc<[u8]>, macho: bool) -> SymbolTable {
+        SymbolTable { data: data.clone(), entries: symbol_table(obj, data), macho }
+    }
+
+    /// The entry covering `addr`: `(start, end, raw name)`.
+    fn at(&self, addr: u64) -> Option<(u64, u64, &str)> {
+        let i = self.entries.partition_point(|s| s.start <= addr);
+        let s = self.entries.get(i.checked_sub(1)?)?;
+        if addr >= s.end {
+            return None;
+        }
+        let name = self.data.get(s.name_at..s.name_at.checked_add(s.name_len)?)?;
+        Some((s.start, s.end, std::str::from_utf8(name).ok()?))
+    }
+
+    fn display_name(&self, raw: &str) -> String {
+        let n = if self.macho { demangle::strip_macho_underscore(raw) } else { raw };
+        demangle::demangle(n)
+    }
+
+    /// Completes DWARF frames with the symbol table: fills the out-of-line function's missing name or start, drops
+    /// nameless frames, and falls back to the symbol alone when DWARF named nothing.
+    fn finish_lookup(&self, mut out: Vec<SymbolInfo>, address: u64, probe: u64) -> Vec<SymbolInfo> {
+        let sym = self.at(probe);
         if let Some(last) = out.last_mut() {
-            // The out-of-line function: fill a missing name or start from the symbol table.
             if let Some((start, _, raw)) = sym {
                 if last.name.is_empty() {
                     last.name = self.display_name(raw);
@@ -316,19 +434,6 @@ impl DebugFile {
         }
         out
     }
-
-    /// The symbol-table entry covering `addr`: `(start, end, raw name)`.
-    pub fn symbol_at(&self, addr: u64) -> Option<(u64, u64, &str)> {
-        let i = self.symbols.partition_point(|s| s.0 <= addr);
-        let (start, end, name) = self.symbols.get(i.checked_sub(1)?)?;
-        (addr < *end).then_some((*start, *end, name.as_str()))
-    }
-
-    /// Demangled display form of a raw symbol-table name (Mach-O's leading `_` removed first).
-    pub fn display_name(&self, raw: &str) -> String {
-        let n = if self.macho { demangle::strip_macho_underscore(raw) } else { raw };
-        demangle::demangle(n)
-    }
 }
 
 fn die_start(ctx: &Context<Reader>, probe: u64, off: gimli::UnitOffset<usize>) -> Option<u64> {
@@ -347,25 +452,47 @@ fn die_start(ctx: &Context<Reader>, probe: u64, off: gimli::UnitOffset<usize>) -
     best
 }
 
-fn symbol_table<'a>(obj: &object::File<'a>) -> Vec<(u64, u64, String)> {
+/// Reads a whole file into one shared buffer, written in place (no second copy of a large debug file).
+fn read_shared(path: &Path) -> std::io::Result<Arc<[u8]>> {
+    use std::io::Read;
+    let mut f = fs::File::open(path)?;
+    let len = usize::try_from(f.metadata()?.len()).map_err(|_| std::io::Error::other("file too large"))?;
+    let mut data: Arc<[u8]> = std::iter::repeat_n(0u8, len).collect();
+    match Arc::get_mut(&mut data) {
+        Some(buf) => f.read_exact(buf)?,
+        None => return Err(std::io::Error::other("buffer shared")),
+    }
+    Ok(data)
+}
+
+/// Where `part` lies inside `whole`, when it is a sub-slice of it.
+fn range_in(whole: &[u8], part: &[u8]) -> Option<std::ops::Range<usize>> {
+    let at = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    let end = at.checked_add(part.len())?;
+    (end <= whole.len()).then_some(at..end)
+}
+
+fn symbol_table(obj: &object::File<'_>, data: &[u8]) -> Vec<Sym> {
     let text_sections: HashMap<object::SectionIndex, (u64, u64)> = obj
         .sections()
         .filter(|s| s.kind() == SectionKind::Text)
         .map(|s| (s.index(), (s.address(), s.address().saturating_add(s.size()))))
         .collect();
-    let mut raw: Vec<(u64, u64, String, bool)> = Vec::new();
-    let push_from = |raw: &mut Vec<(u64, u64, String, bool)>,
-                     syms: &mut dyn Iterator<Item = object::Symbol<'a, '_>>| {
+    // (start, end, name range, global)
+    let mut raw: Vec<(u64, u64, std::ops::Range<usize>, bool)> = Vec::new();
+    let push_from = |raw: &mut Vec<(u64, u64, std::ops::Range<usize>, bool)>,
+                     syms: &mut dyn Iterator<Item = object::Symbol<'_, '_>>| {
         for s in syms {
             if s.is_undefined() {
                 continue;
             }
             let Some(idx) = s.section_index() else { continue };
             let Some(&(sec_start, sec_end)) = text_sections.get(&idx) else { continue };
-            let Ok(name) = s.name() else { continue };
-            if name.is_empty() {
+            let Ok(name) = s.name_bytes() else { continue };
+            if name.is_empty() || std::str::from_utf8(name).is_err() {
                 continue;
             }
+            let Some(name_range) = range_in(data, name) else { continue };
             let addr = s.address();
             // A symbol outside its section's bytes (Mach-O `__mh_execute_header` sits on the header, before
             // `__text`) covers only its own address, so a stripped binary does not name every address after it.
@@ -376,7 +503,7 @@ fn symbol_table<'a>(obj: &object::File<'a>) -> Vec<(u64, u64, String)> {
             } else {
                 addr.saturating_add(1)
             };
-            raw.push((addr, end, name.to_string(), s.is_global()));
+            raw.push((addr, end, name_range, s.is_global()));
         }
     };
     push_from(&mut raw, &mut obj.symbols());
@@ -387,30 +514,50 @@ fn symbol_table<'a>(obj: &object::File<'a>) -> Vec<(u64, u64, String)> {
     raw.sort_by(|a, b| a.0.cmp(&b.0).then(b.3.cmp(&a.3)));
     raw.dedup_by(|b, a| a.0 == b.0);
     // A symbol without a size ends where the next one starts.
-    let n = raw.len();
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        let (start, end, ref name, _) = raw[i];
+    let mut out = Vec::with_capacity(raw.len());
+    for (i, (start, end, name, _)) in raw.iter().enumerate() {
         let next = raw.get(i + 1).map(|r| r.0).unwrap_or(u64::MAX);
-        let end = if end > start { end.min(next.max(start.saturating_add(1))) } else { next };
-        out.push((start, end, name.clone()));
+        let end = if end > start { (*end).min(next.max(start.saturating_add(1))) } else { next };
+        out.push(Sym { start: *start, end, name_at: name.start, name_len: name.len() });
     }
     out
 }
 
-fn load_dwarf(obj: &object::File<'_>) -> Option<Context<Reader>> {
+/// The DWARF sections of `obj` as readers over `data` (a compressed section is decompressed into a buffer of its
+/// own): every section `gimli::Dwarf::load` asks for that the file has. Empty when it has none.
+fn dwarf_sections(obj: &object::File<'_>, data: &Arc<[u8]>) -> Vec<(gimli::SectionId, Reader)> {
     let endian = if obj.is_little_endian() { RunTimeEndian::Little } else { RunTimeEndian::Big };
-    let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
-        let data: Arc<[u8]> = match obj.section_by_name(id.name()) {
-            Some(s) => match s.uncompressed_data() {
-                Ok(d) => Arc::from(&*d),
-                Err(_) => Arc::from(&[][..]),
-            },
-            None => Arc::from(&[][..]),
-        };
-        Ok(EndianArcSlice::new(data, endian))
-    };
-    let dwarf = gimli::Dwarf::load(load).ok()?;
+    let whole = EndianArcSlice::new(data.clone(), endian);
+    let mut out = Vec::new();
+    // Dwarf::load names the sections it reads; the readers it builds are dropped, the list is kept.
+    let _ = gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
+        let reader = obj.section_by_name(id.name()).and_then(|s| match s.uncompressed_data() {
+            Ok(std::borrow::Cow::Borrowed(b)) => Some(match range_in(data, b) {
+                Some(r) => whole.range(r),
+                None => EndianArcSlice::new(Arc::from(b), endian),
+            }),
+            Ok(std::borrow::Cow::Owned(v)) => Some(EndianArcSlice::new(Arc::from(v), endian)),
+            Err(_) => None,
+        });
+        if let Some(r) = &reader {
+            out.push((id, r.clone()));
+        }
+        Ok(reader.unwrap_or_else(|| EndianArcSlice::new(Arc::from(&[][..]), endian)))
+    });
+    out
+}
+
+/// An `addr2line` context over the given sections (absent ones are empty).
+fn context(sections: &[(gimli::SectionId, Reader)]) -> Option<Context<Reader>> {
+    let endian = sections.first().map_or(RunTimeEndian::Little, |(_, r)| gimli::Reader::endian(r));
+    let dwarf = gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
+        Ok(sections
+            .iter()
+            .find(|(s, _)| *s == id)
+            .map(|(_, r)| r.clone())
+            .unwrap_or_else(|| EndianArcSlice::new(Arc::from(&[][..]), endian)))
+    })
+    .ok()?;
     Context::from_dwarf(dwarf).ok()
 }
 
@@ -675,5 +822,35 @@ mod tests {
         assert_eq!(parse_image_id("abc"), None);
         assert_eq!(parse_image_id("zz"), None);
         assert_eq!(parse_image_id("é1"), None);
+    }
+
+    /// A batch large enough to be split over threads gives, query by query and in order, what `lookup` gives.
+    /// The test binary itself is the debug file (an ELF with DWARF in test builds).
+    #[test]
+    fn a_parallel_batch_resolves_like_single_lookups() {
+        let exe = std::env::current_exe().unwrap();
+        let ident = identify(&exe).into_iter().next().expect("the test binary is an object file");
+        let file = DebugFile::load(ident).unwrap();
+        assert!(file.has_dwarf(), "test builds carry DWARF");
+        let funcs: Vec<(u64, u64)> = file.symbols.entries.iter().map(|s| (s.start, s.end)).collect();
+        assert!(funcs.len() > 100);
+        // Addresses spread over the whole text (deterministic), a return-address probe for every other one, and
+        // two far outside it.
+        let mut queries = Vec::new();
+        for k in 0..(PARALLEL_BATCH_MIN as u64 + 500) {
+            let (start, end) = funcs[(k.wrapping_mul(2_654_435_761) % funcs.len() as u64) as usize];
+            let a = start + k % (end - start).max(1);
+            queries.push((a, if k % 2 == 0 { a } else { a.saturating_sub(1).max(start) }));
+        }
+        queries.push((1, 1));
+        queries.push((u64::MAX - 1, u64::MAX - 1));
+        let batch = file.lookup_batch(&queries);
+        assert_eq!(batch.len(), queries.len());
+        let mut named = 0;
+        for (q, got) in queries.iter().zip(&batch) {
+            assert_eq!(*got, file.lookup(q.0, q.1), "query {q:x?}");
+            named += usize::from(!got.is_empty());
+        }
+        assert!(named >= queries.len() - 2, "only {named} of {} queries named a function", queries.len());
     }
 }
