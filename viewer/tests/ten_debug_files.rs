@@ -21,12 +21,13 @@ fn uuid(hex: &str) -> ImageId {
 fn sixty_four_by_sixty_four_frames_symbolicated_against_ten_debug_files() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/third_party");
     let dir = tempfile::tempdir().unwrap();
-    // (id, text size) of each image; Mach-O __TEXT vmaddr is 0x100000000, ELF PIE base 0.
+    // (id, __text start, __text size) of each image (llvm-objdump -h); Mach-O __TEXT vmaddr is 0x100000000, ELF
+    // PIE base 0.
     let mut images: Vec<(ImageId, u64, u64)> = vec![
-        (uuid("82D13D98-219E-3040-B62A-07A297007A7C"), 0x1_0000_0000, 0x8000),
-        (uuid("01D2A9D5-1F8A-35C8-9228-7C7CCA13C5FC"), 0x1_0000_0000, 0x4000),
-        (uuid("562DB6C8-8D3C-3B67-9511-F3C108BDEAB2"), 0x1_0000_0000, 0x4000),
-        (uuid("67E9247C-814E-392B-A027-DBDE6748FCBF"), 0x1_0000_0000, 0x10000),
+        (uuid("82D13D98-219E-3040-B62A-07A297007A7C"), 0x1_0000_60e4, 0x418),
+        (uuid("01D2A9D5-1F8A-35C8-9228-7C7CCA13C5FC"), 0x1_0000_3e14, 0x84),
+        (uuid("562DB6C8-8D3C-3B67-9511-F3C108BDEAB2"), 0x1_0000_3e14, 0x84),
+        (uuid("67E9247C-814E-392B-A027-DBDE6748FCBF"), 0x1_0000_0d20, 0xcf83),
     ];
     for i in 0..6 {
         let src = dir.path().join(format!("p{i}.c"));
@@ -96,7 +97,7 @@ fn sixty_four_by_sixty_four_frames_symbolicated_against_ten_debug_files() {
     let log = loaded.log().unwrap();
     let symbolicated = log.threads.iter().flat_map(|t| &t.frames).filter(|f| f.symbol.is_some()).count();
     assert!(symbolicated >= 64 * 64 / 4, "{symbolicated} frames symbolicated\n{text}");
-    // Every one of the ten debug files named some frame.
+    // Every one of the ten debug files named frames.
     let mut named_images: Vec<usize> =
         log.threads.iter().flat_map(|t| &t.frames).filter(|f| f.symbol.is_some()).filter_map(|f| f.image).collect();
     named_images.sort_unstable();
