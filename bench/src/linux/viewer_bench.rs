@@ -18,6 +18,23 @@ pub fn render_once(report: &[u8], symbols: &Path) -> Result<(f64, usize), String
     Ok((ns, named))
 }
 
+/// Renders with a store that already holds the debug file (as `viewer serve` and repeated renders do): one render
+/// first to load it, then `runs` timed renders (decode, symbolicate from the loaded file, render Apple text).
+/// Returns the nanoseconds of each timed render.
+pub fn render_warm(report: &[u8], symbols: &Path, runs: usize) -> Result<Vec<f64>, String> {
+    let mut store = viewer::SymbolStore::only(vec![symbols.to_path_buf()]);
+    let once = |store: &mut viewer::SymbolStore| -> Result<f64, String> {
+        let t0 = Instant::now();
+        let mut loaded = viewer::load(report).map_err(|e| e.to_string())?;
+        let text = viewer::render_loaded(&mut loaded, viewer::Layout::Modern, viewer::Format::Text, Some(store));
+        let ns = t0.elapsed().as_nanos() as f64;
+        std::hint::black_box(text);
+        Ok(ns)
+    };
+    once(&mut store)?;
+    (0..runs).map(|_| once(&mut store)).collect()
+}
+
 /// One run of the `viewer` command line on the report, output discarded. Returns nanoseconds.
 pub fn render_cli_once(viewer_bin: &Path, report: &Path, symbols: &Path) -> Result<f64, String> {
     let t0 = Instant::now();
@@ -75,44 +92,32 @@ pub struct BatchRun {
     pub resolved: usize,
 }
 
-/// `viewer atos -o FILE -l BASE ADDR...` (addresses on the command line, its only interface).
+/// `viewer atos -o FILE -l BASE` with the addresses on standard input, one per line (its batch interface, as
+/// `llvm-symbolizer` gets them).
 pub fn viewer_atos(viewer_bin: &Path, file: &Path, base: u64, addrs: &[u64]) -> Result<BatchRun, String> {
-    let t0 = Instant::now();
-    let out = Command::new(viewer_bin)
-        .arg("atos")
-        .arg("-o")
-        .arg(file)
-        .arg("-l")
-        .arg(format!("{base:#x}"))
-        .args(addrs.iter().map(|a| format!("{a:#x}")))
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", viewer_bin.display()))?;
-    let ns = t0.elapsed().as_nanos() as f64;
-    if !out.status.success() {
-        return Err(format!("viewer atos failed: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
+    let mut cmd = Command::new(viewer_bin);
+    cmd.arg("atos").arg("-o").arg(file).arg("-l").arg(format!("{base:#x}"));
+    let (ns, out) = run_fed(cmd, addrs)?;
+    let text = String::from_utf8_lossy(&out);
     // Unresolved addresses print as the bare address; resolved ones print one line per frame, the last frame of
     // each address not marked inlined.
     let unresolved = text.lines().filter(|l| l.starts_with("0x") && !l.contains(' ')).count();
     Ok(BatchRun { ns, resolved: addrs.len().saturating_sub(unresolved) })
 }
 
-/// `llvm-symbolizer --obj=FILE` with the addresses on standard input (its batch interface), default options
-/// (function names, demangling, inlined frames, file:line:column).
-pub fn llvm_symbolizer(bin: &str, file: &Path, addrs: &[u64]) -> Result<BatchRun, String> {
+/// Runs `cmd` with `addrs` on standard input (one `0x...` per line, fed from another thread so a full stdout pipe
+/// cannot deadlock us); returns the wall time of the process in nanoseconds and its standard output.
+fn run_fed(mut cmd: Command, addrs: &[u64]) -> Result<(f64, Vec<u8>), String> {
     let input: String = addrs.iter().map(|a| format!("{a:#x}\n")).collect();
+    let name = format!("{:?}", cmd.get_program());
     let t0 = Instant::now();
-    let mut child = Command::new(bin)
-        .arg(format!("--obj={}", file.display()))
+    let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run {bin}: {e}"))?;
+        .map_err(|e| format!("cannot run {name}: {e}"))?;
     let mut stdin = child.stdin.take().ok_or("no stdin")?;
-    // Feed from another thread so a full stdout pipe cannot deadlock us.
     let feeder = std::thread::spawn(move || {
         use std::io::Write;
         let _ = stdin.write_all(input.as_bytes());
@@ -121,9 +126,18 @@ pub fn llvm_symbolizer(bin: &str, file: &Path, addrs: &[u64]) -> Result<BatchRun
     let ns = t0.elapsed().as_nanos() as f64;
     let _ = feeder.join();
     if !out.status.success() {
-        return Err(format!("{bin} failed: {}", String::from_utf8_lossy(&out.stderr)));
+        return Err(format!("{name} failed: {}", String::from_utf8_lossy(&out.stderr)));
     }
-    let text = String::from_utf8_lossy(&out.stdout);
+    Ok((ns, out.stdout))
+}
+
+/// `llvm-symbolizer --obj=FILE` with the addresses on standard input (its batch interface), default options
+/// (function names, demangling, inlined frames, file:line:column).
+pub fn llvm_symbolizer(bin: &str, file: &Path, addrs: &[u64]) -> Result<BatchRun, String> {
+    let mut cmd = Command::new(bin);
+    cmd.arg(format!("--obj={}", file.display()));
+    let (ns, out) = run_fed(cmd, addrs)?;
+    let text = String::from_utf8_lossy(&out);
     // One block per address, separated by a blank line; an unresolved address's function line is `??`.
     let resolved = text.split("\n\n").filter(|b| !b.trim().is_empty() && !b.starts_with("??")).count();
     Ok(BatchRun { ns, resolved })
