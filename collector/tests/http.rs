@@ -326,7 +326,10 @@ fn suite(database: Option<String>, second_database: Option<String>) {
     assert_eq!(send("POST", &dbg, &[("Authorization", &auth)], Some(b"nope")).status, 400);
     assert_eq!(send("POST", &dbg, &[], Some(b"\x7fELF")).status, 401);
     let exe = std::env::current_exe().expect("exe");
-    let up = collector::client::send(&agent(), &base, &token, &collector::client::Upload::Object(exe));
+    // This test binary is over 100 MB, and the server re-symbolicates six reports with it (unoptimised in a test
+    // build): the request gets a generous hang guard, not a speed limit.
+    let slow = collector::client::agent(Duration::from_secs(600));
+    let up = collector::client::send(&slow, &base, &token, &collector::client::Upload::Object(exe));
     assert_eq!(up.status, Some(201), "{}", up.answer);
     let up: serde_json::Value = serde_json::from_str(&up.answer).expect("json");
     assert!(up["reanalysed"].as_u64().expect("n") >= 6, "{up}");
