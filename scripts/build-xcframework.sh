@@ -19,7 +19,11 @@
 #     treats x86_64 iOS objects as simulator objects). A device slice in a simulator app fails to link ("building
 #     for iOS Simulator, but linking in object file built for iOS");
 #   - every function the header declares (crash_reporter_*) is defined and exported by the library, and the library
-#     exports no crash_reporter_* function the header lacks (a stale header).
+#     exports no crash_reporter_* function the header lacks (a stale header);
+#   - no undefined symbol (nm -u) is a non-public Apple API App Store processing rejects (ITMS-90338): the
+#     `_mach_vm_*` family (<mach/mach_vm.h> is #error in the iOS SDK; use vm_read_overwrite / vm_deallocate), and the
+#     private symbols listed in `private_symbol_pattern` below. Applies to every iOS slice, simulator included (the
+#     same objects go to the store's checks in a universal build).
 # Whether the header matches reporter/src/ffi.rs is checked by `cargo test -p reporter --test header` (part of
 # `cargo test --workspace`); this script does not repeat it.
 #
@@ -121,6 +125,23 @@ header_functions() {
   grep -oE '\bcrash_reporter_[a-z0-9_]+\(' "$header" | tr -d '(' | sort -u
 }
 
+# Undefined symbols App Store processing rejects as non-public API (ITMS-90338), as an extended regular expression
+# over `nm -u` names (Mach-O C names carry a leading underscore). `_mach_vm_*`: <mach/mach_vm.h> is #error in the
+# iOS SDK and Rust-on-iOS apps were rejected for exactly these references. `_thread_set_exception_ports` and
+# `_task_set_exception_ports` are public (<mach/thread_act.h>, <mach/task.h>) and are not listed.
+# `_dyld_get_all_image_infos` and `__dyld_get_all_image_infos` are private dyld SPI; `_task_for_pid` is
+# not available to iOS apps; `_proc_pidinfo`/`_proc_pid*` (libproc) and `_csops` are private on iOS.
+private_symbol_pattern='^_(mach_vm_[a-z_]+|_?dyld_get_all_image_infos|task_for_pid|proc_pid[a-z_]*|csops)$'
+
+check_private_symbols() { # check_private_symbols TARGET LIBRARY
+  local t="$1" lib="$2" undefined bad
+  undefined="$("${nm_tool[@]}" -u "$lib" 2>/dev/null | awk 'NF {print $NF}' | sort -u)"
+  [ -n "$undefined" ] || die "$t: $lib: nm -u listed no undefined symbols (a std library always has some)"
+  bad="$(grep -E "$private_symbol_pattern" <<<"$undefined" | tr '\n' ' ' || true)"
+  [ -z "$bad" ] || die "$t: $lib references non-public API (App Store rejects it, ITMS-90338): $bad"
+  log "$t: no non-public symbol referenced ($(wc -l <<<"$undefined") undefined symbols checked)"
+}
+
 check_lib() { # check_lib TARGET LIBRARY
   local t="$1" lib="$2" want_cpu allowed_platforms summary objects cpus platforms with_platform
   [ -s "$lib" ] || die "$t: $lib missing or empty"
@@ -189,6 +210,7 @@ for t in "${targets[@]}"; do
   lib="$target_dir/$t/$profile/libreporter.a"
   log "$t built in $(( $(date +%s) - start )) s: $lib"
   check_lib "$t" "$lib"
+  check_private_symbols "$t" "$lib"
   libs+=("$lib")
 done
 

@@ -514,7 +514,7 @@ pub fn parse_any(data: &[u8], cputype: u32, cpusubtype: Option<u32>) -> Result<M
 }
 
 /// Copies an image's `mach_header_64` and load commands from memory into `buf` through a fault-proof `read`
-/// callback (`read(address, destination) -> bool`, e.g. `mach_vm_read_overwrite` on Darwin), then parses them.
+/// callback (`read(address, destination) -> bool`, e.g. `vm_read_overwrite` on Darwin), then parses them.
 /// Two reads: the 32-byte header, then `sizeofcmds` bytes. Allocation-free and usable at crash time; `buf` is
 /// preallocated by the caller (a few KiB covers real images; [`Error::BufferTooSmall`] says how much is needed).
 pub fn read_header<'b, R>(read: &mut R, header_addr: u64, buf: &'b mut [u8]) -> Result<MachO<'b>, Error>

@@ -2,7 +2,7 @@
 //! these run when an image is loaded or unloaded, never after a fault, so they may allocate and lock).
 //!
 //! Each image is read from memory with the bounds-checked Mach-O parser (`crate::macho::read_header` over
-//! `mach_vm_read_overwrite`): load address (the header), slide, `__TEXT` size, `LC_UUID`, CPU type, and the runtime
+//! `vm_read_overwrite`): load address (the header), slide, `__TEXT` size, `LC_UUID`, CPU type, and the runtime
 //! address of `__DATA,__crash_info`. The path comes from `dladdr`. dyld itself, which the callbacks never report,
 //! is added from `task_info(TASK_DYLD_INFO)` → `dyld_all_image_infos.dyldImageLoadAddress`.
 //!

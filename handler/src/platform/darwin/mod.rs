@@ -28,9 +28,9 @@
 //! ([`crate::apple::msg::parse_request`]), takes the crash gate with the crashed thread's id, and captures: every
 //! other thread is suspended (`task_threads` + `thread_suspend`; both exception threads excluded), each thread's
 //! id, name (`THREAD_EXTENDED_INFO`), dispatch queue label (bounded fault-proof reads) and registers
-//! (`thread_get_state` of `ARM_THREAD_STATE64` + `ARM_EXCEPTION_STATE64`, or the x86_64 pair; `pc`/`lr` stripped of
-//! PAC bits) go into the shared thread table; the `__crash_info` messages of every image are read; the shared
-//! writer walks each stack with `mach_vm_read_overwrite` and commits the report (temporary name, `fsync`, `rename`).
+//! (`thread_get_state` of `ARM_THREAD_STATE64` + `ARM_EXCEPTION_STATE64`, or the x86_64 pair;
+//! `fp`/`lr`/`sp`/`pc` stripped of PAC bits) go into the shared thread table; the `__crash_info` messages of every image are read; the shared
+//! writer walks each stack with `vm_read_overwrite` and commits the report (temporary name, `fsync`, `rename`).
 //! Then the threads are resumed, every right and the thread list are released, the saved exception ports are put
 //! back, and the request is answered `KERN_FAILURE`, so the host-level handler (ReportCrash) still sees the crash,
 //! the kernel delivers the signal, and our signal handler — seeing the report is written — restores the previous

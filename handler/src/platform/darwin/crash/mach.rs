@@ -1,10 +1,11 @@
 //! Thin wrappers over the Mach calls the Darwin crash path makes: the fault-proof memory reader
-//! (`mach_vm_read_overwrite` only), the thread list (`task_threads`, with every right and the list itself released),
+//! (`vm_read_overwrite` only), the thread list (`task_threads`, with every right and the list itself released),
 //! suspension, thread states, names and dispatch queue labels, and the exception-port calls.
 //!
 //! Crash path: nothing here allocates in this process's heap (the kernel maps `task_threads`'s list into the task;
-//! it is released with `mach_vm_deallocate`), takes a lock, panics or formats. **Type-checked only.**
+//! it is released with `vm_deallocate`), takes a lock, panics or formats. **Type-checked only.**
 
+use super::super::ffi::{vm_deallocate, vm_read_overwrite};
 use crate::apple::crash_info;
 use crate::apple::pac::PacStrip;
 use crate::apple::ports::SavedPorts;
@@ -19,8 +20,7 @@ use mach2::port::{mach_port_t, MACH_PORT_NULL};
 use mach2::task::{task_get_exception_ports, task_set_exception_ports, task_threads};
 use mach2::thread_act::{thread_get_state, thread_resume, thread_suspend};
 use mach2::traps::mach_task_self;
-use mach2::vm::{mach_vm_deallocate, mach_vm_read_overwrite};
-use mach2::vm_types::{mach_vm_address_t, mach_vm_size_t};
+use mach2::vm_types::{vm_address_t, vm_size_t};
 
 /// This task's port (`mach_task_self()`, a cached send right: no new reference).
 pub fn task() -> mach_port_t {
@@ -28,7 +28,8 @@ pub fn task() -> mach_port_t {
     unsafe { mach_task_self() }
 }
 
-/// Reads this task's memory with `mach_vm_read_overwrite`: an unmapped or protected address makes the call fail
+/// Reads this task's memory with `vm_read_overwrite` (not `mach_vm_read_overwrite`: non-public on iOS, see
+/// `ffi::vm_read_overwrite`): an unmapped or protected address makes the call fail
 /// with an error instead of faulting (the fault-proof reader of design.md §2).
 #[derive(Clone, Copy, Debug)]
 pub struct TaskReader {
@@ -46,19 +47,15 @@ impl TaskReader {
         if buf.is_empty() {
             return true;
         }
-        let mut out: mach_vm_size_t = 0;
+        // Every Apple target is 64-bit: `vm_address_t`/`vm_size_t` are `usize` = u64, so no address is cut.
+        let Ok(addr) = vm_address_t::try_from(addr) else { return false };
+        let mut out: vm_size_t = 0;
         // SAFETY: `buf` is a valid writable buffer of `buf.len()` bytes; the kernel writes at most `size` bytes into
         // it and validates `addr` itself (returning an error for unmapped ranges).
         let kr = unsafe {
-            mach_vm_read_overwrite(
-                self.task,
-                addr as mach_vm_address_t,
-                buf.len() as mach_vm_size_t,
-                buf.as_mut_ptr() as mach_vm_address_t,
-                &mut out,
-            )
+            vm_read_overwrite(self.task, addr, buf.len(), buf.as_mut_ptr() as vm_address_t, &mut out)
         };
-        kr == KERN_SUCCESS && out == buf.len() as mach_vm_size_t
+        kr == KERN_SUCCESS && out == buf.len()
     }
 
     /// Reads a little-endian `u64` at `addr`.
@@ -124,9 +121,9 @@ impl ThreadList {
             // SAFETY: each entry is a send right this task received from task_threads; dropped exactly once.
             unsafe { mach_port_deallocate(t, self.port(i)) };
         }
-        let bytes = (self.count as mach_vm_size_t).saturating_mul(core::mem::size_of::<mach_port_t>() as u64);
+        let bytes = self.count.saturating_mul(core::mem::size_of::<mach_port_t>());
         // SAFETY: the array was mapped into this task by the kernel for task_threads and is not used afterwards.
-        unsafe { mach_vm_deallocate(t, self.list as mach_vm_address_t, bytes) };
+        unsafe { vm_deallocate(t, self.list as vm_address_t, bytes) };
     }
 }
 
@@ -228,8 +225,8 @@ pub fn get_state(port: mach_port_t, flavor: i32, out: &mut [u32; STATE_WORDS]) -
     (kr == KERN_SUCCESS).then_some(count as usize)
 }
 
-/// Decodes native thread-state words (and optional exception-state words) into a register set; `pac` strips `pc`
-/// and `lr` on arm64e.
+/// Decodes native thread-state words (and optional exception-state words) into a register set; `pac` strips `fp`,
+/// `lr`, `sp` and `pc` on arm64e (`crate::apple::state::arm64_from_words`).
 pub fn decode(thread: &[u32], exception: Option<&[u32]>, pac: Option<PacStrip>) -> Option<RegisterValues> {
     if cfg!(target_arch = "aarch64") {
         let mut out = [None; state::ARM64_REG_COUNT];

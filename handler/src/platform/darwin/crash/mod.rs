@@ -3,7 +3,7 @@
 //! threads excluded), read each thread's registers (`thread_get_state`), name and dispatch queue label into the
 //! shared thread table, read the `__crash_info` messages of every image, and write the report with the shared
 //! writer (`crate::crash::writer`, walking each stack with the shared frame-pointer walker over
-//! `mach_vm_read_overwrite`), then resume the threads and release every right.
+//! `vm_read_overwrite`), then resume the threads and release every right.
 //!
 //! Never allocates, locks, panics or formats; every wait is bounded. **Type-checked only**: nothing here has run on
 //! Apple hardware.
