@@ -1,9 +1,10 @@
-//! The Darwin (iOS, macOS, tvOS, watchOS, visionOS) backend, compiled only for `target_vendor = "apple"`.
+//! Install and uninstall of the Darwin (iOS, macOS, tvOS, watchOS, visionOS) backend, compiled only for
+//! `target_vendor = "apple"`.
 //!
 //! **Type-checked only.** Nothing in this module has run on Apple hardware: it is built and linted with
 //! `clippy -D warnings` for aarch64-apple-ios, aarch64-apple-ios-sim, x86_64-apple-ios, aarch64-apple-darwin and
 //! x86_64-apple-darwin by `scripts/check-apple.sh`, and the reporter's static library for aarch64-apple-ios is
-//! compiled to machine code. The pure pieces it relies on (`crate::apple`, `crate::macho`, `crate::arch::pac`, the
+//! compiled to machine code. The pure pieces it relies on (`crate::platform::darwin::crash`, `crate::platform::darwin::crash::macho`, `crate::arch::pac`, the
 //! shared `crate::crash` core and `crate::unwind`) are tested on every host.
 //!
 //! # Theory of operation
@@ -16,26 +17,30 @@
 //! label. Then allocate a receive right with one send right and swap it in with `task_swap_exception_ports` for
 //! `EXC_BAD_ACCESS`, `EXC_BAD_INSTRUCTION`, `EXC_ARITHMETIC` and `EXC_BREAKPOINT` (`EXC_BREAKPOINT` left out when a
 //! debugger is attached: `P_TRACED` from `sysctl(KERN_PROC_PID)`), with behaviour
-//! `EXCEPTION_STATE_IDENTITY_PROTECTED | MACH_EXCEPTION_CODES` (no thread or task control ports are handed out; the
-//! crashed thread is found by its id), falling back to `EXCEPTION_DEFAULT | MACH_EXCEPTION_CODES` on kernels that
-//! refuse it. The previous handlers are kept ([`crate::apple::ports::SavedPorts`]). Two exception threads start
+//! `EXCEPTION_STATE_IDENTITY_PROTECTED | MACH_EXCEPTION_CODES` (iOS 18 / macOS 15 and later; no thread or task
+//! control ports are handed out; the crashed thread is found by its id), falling back to
+//! `EXCEPTION_IDENTITY_PROTECTED` (iOS 15–17, macOS 12–14) and then `EXCEPTION_DEFAULT` (older kernels), each with
+//! `MACH_EXCEPTION_CODES` (the table is `crate::platform::darwin::crash::policy::BEHAVIOR_ATTEMPTS`). The previous handlers are kept ([`crate::platform::darwin::crash::ports::SavedPorts`]). Two exception threads start
 //! ([`crash::server`]); the secondary parks itself with `thread_suspend`. Finally the signal fallback is installed
 //! for `SIGABRT`, `SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`, `SIGTRAP` and `SIGSYS` (`SA_SIGINFO | SA_ONSTACK |
 //! SA_NODEFER`), with an alternate stack for the installing thread.
 //!
 //! **A fault** (crash path, [`crash`]): the kernel suspends the faulting thread in exception delivery and sends the
 //! request to our port. The primary thread receives it, resumes the secondary, decodes the request
-//! ([`crate::apple::msg::parse_request`]), takes the crash gate with the crashed thread's id, and captures: every
+//! ([`crate::platform::darwin::crash::msg::parse_request`]), takes the crash gate with the crashed thread's id, and captures: every
 //! other thread is suspended (`task_threads` + `thread_suspend`; both exception threads excluded), each thread's
 //! id, name (`THREAD_EXTENDED_INFO`), dispatch queue label (bounded fault-proof reads) and registers
 //! (`thread_get_state` of `ARM_THREAD_STATE64` + `ARM_EXCEPTION_STATE64`, or the x86_64 pair;
 //! `fp`/`lr`/`sp`/`pc` stripped of PAC bits) go into the shared thread table; the `__crash_info` messages of every image are read; the shared
 //! writer walks each stack with `vm_read_overwrite` and commits the report (temporary name, `fsync`, `rename`).
 //! Then the threads are resumed, every right and the thread list are released, the saved exception ports are put
-//! back, and the request is answered `KERN_FAILURE`, so the host-level handler (ReportCrash) still sees the crash,
-//! the kernel delivers the signal, and our signal handler — seeing the report is written — restores the previous
+//! back, the fault signals are unblocked, and the request is answered `KERN_FAILURE`. The reply does not hand the
+//! crash to ReportCrash: the kernel tries the next exception level and then its exception-to-signal handler
+//! (`ux_exception`) posts the signal. Our signal handler — seeing the report is written — restores the previous
 //! actions and lets the fault repeat: the re-executed instruction now reaches the restored previous Mach handler
-//! and then the previous signal handler or the default action.
+//! (on macOS the host-level port, where ReportCrash listens) and then the previous signal handler or the default
+//! action. Before all of this the request is checked to be about this task: a child that inherited our ports
+//! across `fork`/`exec` is answered `KERN_FAILURE` untouched (`policy::exception_is_ours`).
 //!
 //! **Faults the Mach path does not see** go to the signal fallback ([`crash::signals`]): `abort()` (SIGABRT), kills
 //! by software, and every fault while our ports are not registered (a debugger or another library replaced them).
@@ -52,28 +57,26 @@
 //! (`EXC_RESOURCE`, `EXC_GUARD`, `EXC_CRASH` after `abort()`) are not captured by the Mach path.
 #![allow(unsafe_code)]
 
-// Runs after a fault: the crash-path lints.
-crash_path_mod! { pub mod crash; }
-pub(crate) mod ffi;
-pub mod images;
-
-use self::crash::mach::{self, FLAVORS};
-use self::crash::server::{self, Role};
-use self::crash::{State, MAX_MESSAGES, MESSAGE_BYTES, STATE};
-use crate::apple::dyld::{kinfo_proc_is_traced, task_vm_info_max_address, KINFO_PROC_SIZE, TASK_VM_INFO};
-use crate::apple::exc::{
-    EXCEPTION_DEFAULT, EXCEPTION_STATE_IDENTITY_PROTECTED, EXC_MASK_ARITHMETIC, EXC_MASK_BAD_ACCESS,
-    EXC_MASK_BAD_INSTRUCTION, EXC_MASK_BREAKPOINT, MACH_EXCEPTION_CODES,
-};
-use crate::apple::msg::{REPLY_BUFFER_SIZE, REQUEST_BUFFER_SIZE};
-use crate::apple::pac::{PacStrip, IOS_ARM64_VA_BITS, MACOS_ARM64_VA_BITS};
-use crate::apple::ports::{SavedPorts, EXC_TYPES_COUNT};
+use super::crash::mach::{self, FLAVORS};
+use super::crash::server::{self, Role};
+use super::crash::{self as crash, State, MAX_MESSAGES, MESSAGE_BYTES, STATE};
+use super::{ffi, images};
+use crate::arch::pac::{PacStrip, IOS_ARM64_VA_BITS, MACOS_ARM64_VA_BITS};
 use crate::config::Config;
 use crate::crash::actions::{SavedActions, FATAL_SIGNALS};
 use crate::crash::capture::{Core, Text};
 use crate::crash::images::ImageTable;
 use crate::crash::raw_buf::RawBuf;
 use crate::error::InstallError;
+use crate::platform::darwin::crash::dyld::{
+    kinfo_proc_is_traced, task_vm_info_max_address, KINFO_PROC_SIZE, TASK_VM_INFO,
+};
+use crate::platform::darwin::crash::exc::{
+    EXC_MASK_ARITHMETIC, EXC_MASK_BAD_ACCESS, EXC_MASK_BAD_INSTRUCTION, EXC_MASK_BREAKPOINT,
+};
+use crate::platform::darwin::crash::msg::{REPLY_BUFFER_SIZE, REQUEST_BUFFER_SIZE};
+use crate::platform::darwin::crash::policy::behavior_attempts;
+use crate::platform::darwin::crash::ports::{SavedPorts, EXC_TYPES_COUNT};
 use crate::prealloc::{self, leak_bytes, leak_slice};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use mach2::kern_return::KERN_SUCCESS;
@@ -209,16 +212,13 @@ fn allocate_port() -> Result<mach_port_t, InstallError> {
     Ok(port)
 }
 
-/// Swaps our port in for `mask`: the protected behaviour first, then `EXCEPTION_DEFAULT`. Returns the saved
-/// previous handlers.
+/// Swaps our port in for `mask`, trying the behaviours of
+/// [`crate::platform::darwin::crash::policy::BEHAVIOR_ATTEMPTS`] in order (state-identity-protected, then
+/// identity-protected, then `EXCEPTION_DEFAULT`). Returns the saved previous handlers.
 fn swap_ports(port: mach_port_t, mask: u32) -> Result<SavedPorts, InstallError> {
     let (native, _, _, _) = FLAVORS;
-    let attempts = [
-        (EXCEPTION_STATE_IDENTITY_PROTECTED | MACH_EXCEPTION_CODES, native),
-        (EXCEPTION_DEFAULT | MACH_EXCEPTION_CODES, crash::state_none()),
-    ];
     let mut last = 0;
-    for (behavior, flavor) in attempts {
+    for (behavior, flavor) in behavior_attempts(native, crash::state_none()) {
         let mut masks = [0u32; EXC_TYPES_COUNT];
         let mut ports = [0u32; EXC_TYPES_COUNT];
         let mut behaviors = [0i32; EXC_TYPES_COUNT];

@@ -9,13 +9,11 @@
 //! Apple hardware.
 #![allow(unsafe_code)]
 
-pub mod mach;
-pub mod server;
-pub mod signals;
+use super::mach;
 
-use crate::apple::crash_info::{self, CrashInfoString};
-use crate::apple::pac::PacStrip;
-use crate::apple::ports::SavedPorts;
+use crate::platform::darwin::crash::crash_info::{self, CrashInfoString};
+use crate::arch::pac::PacStrip;
+use crate::platform::darwin::crash::ports::SavedPorts;
 use crate::crash::actions::SavedActions;
 use crate::crash::capture::{self, Backend, Core, CrashRecord, Facts, NOTE_OVERFLOW};
 use crate::crash::hooks::{self, CrashEvent};
@@ -260,7 +258,7 @@ impl Backend for Owner {
                 // the signal path, where the crashed thread is this one: then the signal's ucontext is the truth.
                 let from_record = (crashed && !rec.regs.set.is_empty()).then_some(rec.regs);
                 let regs =
-                    if port == who.self_port { from_record } else { mach::registers(port, st.pac).or(from_record) };
+                    if port == who.self_port { from_record } else { mach::registers(port, st.pac, crashed).or(from_record) };
                 found_crashed |= crashed;
                 match regs {
                     Some(r) => {
@@ -346,5 +344,5 @@ pub fn write_minimal(st: &'static State, rec: &mut CrashRecord) -> bool {
 
 /// `THREAD_STATE_NONE` of this CPU (for clearing exception ports).
 pub fn state_none() -> i32 {
-    super::ffi::THREAD_STATE_NONE
+    super::super::ffi::THREAD_STATE_NONE
 }

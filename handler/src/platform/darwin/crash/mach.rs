@@ -6,10 +6,10 @@
 //! it is released with `vm_deallocate`), takes a lock, panics or formats. **Type-checked only.**
 
 use super::super::ffi::{vm_deallocate, vm_read_overwrite};
-use crate::apple::crash_info;
-use crate::apple::pac::PacStrip;
-use crate::apple::ports::SavedPorts;
-use crate::apple::state;
+use crate::platform::darwin::crash::crash_info;
+use crate::arch::pac::PacStrip;
+use crate::platform::darwin::crash::ports::SavedPorts;
+use crate::platform::darwin::crash::state;
 use crate::arch::{aarch64, x86_64, RegisterValues};
 use crate::unwind::MemoryReader;
 use mach2::kern_return::KERN_SUCCESS;
@@ -226,7 +226,7 @@ pub fn get_state(port: mach_port_t, flavor: i32, out: &mut [u32; STATE_WORDS]) -
 }
 
 /// Decodes native thread-state words (and optional exception-state words) into a register set; `pac` strips `fp`,
-/// `lr`, `sp` and `pc` on arm64e (`crate::apple::state::arm64_from_words`).
+/// `lr`, `sp` and `pc` on arm64e (`crate::platform::darwin::crash::state::arm64_from_words`).
 pub fn decode(thread: &[u32], exception: Option<&[u32]>, pac: Option<PacStrip>) -> Option<RegisterValues> {
     if cfg!(target_arch = "aarch64") {
         let mut out = [None; state::ARM64_REG_COUNT];
@@ -239,14 +239,47 @@ pub fn decode(thread: &[u32], exception: Option<&[u32]>, pac: Option<PacStrip>) 
     }
 }
 
-/// Registers of a (suspended, or blocked in an exception) thread: native thread state plus exception state.
-pub fn registers(port: mach_port_t, pac: Option<PacStrip>) -> Option<RegisterValues> {
+/// Registers of a (suspended, or blocked in an exception) thread: native thread state, plus the exception state
+/// when `crashed`. Only the crashed thread's exception state describes a fault: every other thread's holds its last
+/// exception, usually the `svc` of the system call it is blocked in, which would show as a stale `far`/`esr`.
+pub fn registers(port: mach_port_t, pac: Option<PacStrip>, crashed: bool) -> Option<RegisterValues> {
     let (flavor, words, exc_flavor, exc_words) = FLAVORS;
     let mut ts = [0u32; STATE_WORDS];
     let n = get_state(port, flavor, &mut ts)?;
     let mut es = [0u32; STATE_WORDS];
-    let exc = get_state(port, exc_flavor, &mut es).filter(|m| *m >= exc_words).and_then(|m| es.get(..m));
+    let exc = if crashed {
+        get_state(port, exc_flavor, &mut es).filter(|m| *m >= exc_words).and_then(|m| es.get(..m))
+    } else {
+        None
+    };
     decode(ts.get(..n.min(words))?, exc, pac)
+}
+
+/// Whether `tid` is the id of a thread of this task (`task_threads` + `THREAD_IDENTIFIER_INFO`; the list and every
+/// right are released again). `false` when the list cannot be taken.
+pub fn thread_in_task(tid: u64) -> bool {
+    let Some(list) = ThreadList::take() else { return false };
+    let found = crate::platform::darwin::crash::policy::thread_id_listed(
+        tid,
+        (0..list.len()).filter_map(|i| identify(list.port(i)).map(|(t, _)| t)),
+    );
+    list.release();
+    found
+}
+
+/// Unblocks `signals` (Darwin numbers) with `sigprocmask(SIG_UNBLOCK)`, which XNU applies to the whole process
+/// (see `crate::platform::darwin::crash::policy::SIGNALS_TO_UNBLOCK`). Async-signal-safe.
+pub fn unblock_signals(signals: &[i32]) {
+    let mut set: libc::sigset_t = 0;
+    // SAFETY: `set` is a valid sigset_t; sigemptyset/sigaddset only write it, and sigprocmask reads it (a null old
+    // set is allowed).
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for s in signals {
+            libc::sigaddset(&mut set, *s);
+        }
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
+    }
 }
 
 /// Exception state words of `port` (for `far`/`esr` of a crashed thread whose thread state came in the message).
@@ -264,7 +297,7 @@ pub fn set_ports(mask: u32, port: mach_port_t, behavior: u32, flavor: i32) -> bo
 /// Puts back the exception ports saved at install for the exceptions in `mask`: first clears `mask` (so no bit is
 /// left pointing at our port), then re-registers every saved handler with its own behaviour and flavor.
 pub fn restore_ports(mask: u32, saved: &SavedPorts, state_none: i32) {
-    let _ = set_ports(mask, MACH_PORT_NULL, crate::apple::exc::EXCEPTION_DEFAULT, state_none);
+    let _ = set_ports(mask, MACH_PORT_NULL, crate::platform::darwin::crash::exc::EXCEPTION_DEFAULT, state_none);
     for e in saved.entries() {
         let _ = set_ports(e.mask, e.port, e.behavior, e.flavor);
     }
@@ -276,7 +309,7 @@ pub fn ports_are(port: mach_port_t, mask: u32) -> bool {
     if mask == 0 {
         return false;
     }
-    const N: usize = crate::apple::ports::EXC_TYPES_COUNT;
+    const N: usize = crate::platform::darwin::crash::ports::EXC_TYPES_COUNT;
     let mut masks = [0u32; N];
     let mut ports = [0u32; N];
     let mut behaviors = [0i32; N];

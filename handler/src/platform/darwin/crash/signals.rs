@@ -1,7 +1,7 @@
 //! The signal fallback on Apple platforms: `SIGABRT` always (`abort()` raises it with `pthread_kill`; no Mach
 //! exception precedes it), and `SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`, `SIGTRAP`, `SIGSYS` when the Mach path did
 //! not see the fault (our exception ports are not registered for it any more, or the signal was sent by software).
-//! The decision is [`crate::apple::exc::signal_fallback_captures`], tested on every host.
+//! The decision is [`crate::platform::darwin::crash::exc::signal_fallback_captures`], tested on every host.
 //!
 //! The owner runs [`super::capture`] on the faulting thread itself (on the alternate stack when the thread has one),
 //! suspending the others with `thread_suspend`. After a report (ours or the exception server's), the previous signal
@@ -13,8 +13,11 @@
 use super::mach::{self, FLAVORS};
 use super::server::own_port;
 use super::{capture, state, wait_done, write_minimal, Crashed, State, GATE};
-use crate::apple::exc::{exception_mask_for_signal, signal_fallback_captures, signal_is_user_sent};
-use crate::apple::state::mcontext64_parts;
+use crate::platform::darwin::crash::exc::{
+    exception_mask_for_signal, signal_fallback_captures, signal_is_user_sent, Cpu,
+};
+use crate::platform::darwin::crash::policy::reraise_after_report;
+use crate::platform::darwin::crash::state::mcontext64_parts;
 use crate::crash::actions::{self, FATAL_SIGNALS};
 use crate::crash::capture::CrashRecord;
 use crate::crash::reentrancy::Entry;
@@ -30,10 +33,13 @@ fn set_errno(e: i32) {
     unsafe { *libc::__error() = e };
 }
 
-/// Re-sends `sig` to this thread when returning would not re-deliver it (`actions::needs_reraise`): signals sent
-/// by software and traps whose instruction is not re-executed. Faults re-fault on return instead.
+/// Re-sends `sig` to this thread when returning would not re-deliver it
+/// ([`crate::platform::darwin::crash::policy::reraise_after_report`]): signals sent by software, SIGABRT/SIGSYS,
+/// and SIGTRAP on x86_64 (`int3` advanced the pc). Faults, and `brk` on arm64, fault again on return instead, so
+/// Apple's own crash log shows the original exception at the faulting instruction.
 fn reraise(sig: i32, code: i32) {
-    if actions::needs_reraise(sig, signal_is_user_sent(code)) {
+    let cpu = if cfg!(target_arch = "aarch64") { Cpu::Arm64 } else { Cpu::X86_64 };
+    if reraise_after_report(sig, code, cpu) {
         // SAFETY: pthread_kill on the calling thread with a valid signal number (async-signal-safe per POSIX).
         unsafe { libc::pthread_kill(libc::pthread_self(), sig) };
     }
@@ -61,7 +67,7 @@ unsafe fn registers(uc: *mut c_void, st: &State) -> crate::arch::RegisterValues 
         return crate::arch::RegisterValues::EMPTY;
     }
     let (_, thread_words, _, _) = FLAVORS;
-    let n = crate::apple::state::MCONTEXT64_EXCEPTION_WORDS.saturating_add(thread_words);
+    let n = crate::platform::darwin::crash::state::MCONTEXT64_EXCEPTION_WORDS.saturating_add(thread_words);
     // SAFETY: `uc_mcontext` points to the kernel-written `__darwin_mcontext64` on this signal's stack, which starts
     // with the exception state (4 words) and the thread state (`thread_words` words), so `n` words are readable.
     let words = unsafe { core::slice::from_raw_parts(mc.cast::<u32>(), n) };

@@ -14,7 +14,7 @@
 
 use report_format::regs::{ARM64_NAMES, X86_64_NAMES};
 
-use super::pac::PacStrip;
+use crate::arch::pac::PacStrip;
 
 /// `ARM_THREAD_STATE64` flavor (arm/thread_status.h).
 pub const ARM_THREAD_STATE64: i32 = 6;

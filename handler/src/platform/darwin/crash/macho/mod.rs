@@ -560,6 +560,10 @@ pub struct ImageSummary {
     pub crash_info: Option<(u64, u64)>,
     /// Deployment target.
     pub build: Option<BuildVersion>,
+    /// `__TEXT,__unwind_info` section (compact unwind): `(addr, size)`, link-time.
+    pub unwind_info: Option<(u64, u64)>,
+    /// `__TEXT,__eh_frame` section: `(addr, size)`, link-time.
+    pub eh_frame: Option<(u64, u64)>,
 }
 
 impl MachO<'_> {
@@ -577,6 +581,8 @@ impl MachO<'_> {
             text_section: self.section(SEG_TEXT, SECT_TEXT).map(|s| (s.addr, s.size)),
             crash_info: self.crash_info_section().map(|s| (s.addr, s.size)),
             build: self.build_version(),
+            unwind_info: self.section(SEG_TEXT, SECT_UNWIND_INFO).map(|s| (s.addr, s.size)),
+            eh_frame: self.section(SEG_TEXT, SECT_EH_FRAME).map(|s| (s.addr, s.size)),
         })
     }
 }
