@@ -21,12 +21,12 @@ use crate::crash::images::{ImageRecord, ImageTable};
 use crate::platform::darwin::crash::dyld::{
     parse_all_image_infos, ALL_IMAGE_INFOS_PREFIX, TASK_DYLD_ALL_IMAGE_INFO_64,
 };
+use crate::unwind::UnwindSections;
 use mach2::kern_return::KERN_SUCCESS;
 use mach2::loader::mach_header;
 use mach2::message::mach_msg_type_number_t;
 use mach2::task::task_info;
 use mach2::task_info::{task_dyld_info, TASK_DYLD_INFO, TASK_DYLD_INFO_COUNT};
-use crate::unwind::UnwindSections;
 use report_format::encode::ID_KIND_UUID;
 use std::sync::Mutex;
 
@@ -118,7 +118,6 @@ fn publish(src: &Source) {
                     arch: r.arch,
                     crash_info: r.crash_info,
                     unwind: r.unwind,
-                    ..ImageRecord::default()
                 });
             }
         })
