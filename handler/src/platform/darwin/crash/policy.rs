@@ -87,6 +87,43 @@ pub fn reraise_after_report(sig: i32, si_code: i32, cpu: Cpu) -> bool {
     }
 }
 
+/// What the exception server does with a request ([`mach_server_action`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MachAction {
+    /// Answer `KERN_FAILURE` and touch nothing: the exception is not ours, or the signal path is to see it first.
+    Decline,
+    /// Take the crash gate and capture.
+    Capture,
+}
+
+/// The exception server's choice for a request: a request about another task (see [`exception_is_ours`]) is
+/// declined; so is every request while a first-chance handler is set (`crate::set_first_chance_handler`): the
+/// Mach exception arrives before any signal handler, so a fault that a runtime recovers from in its own signal
+/// handler (Mono's and Unity's null checks, JIT guard pages) would otherwise be reported as a crash. Declined, the
+/// kernel posts the signal; the signal fallback runs the hook on the faulting thread with its `ucontext` and
+/// captures only when the hook did not handle it ([`signal_fallback_captures_with_hook`]). Cost: with a hook set,
+/// a stack overflow on a thread without an alternate signal stack is not reported.
+pub fn mach_server_action(ours: bool, first_chance_set: bool) -> MachAction {
+    if ours && !first_chance_set {
+        MachAction::Capture
+    } else {
+        MachAction::Decline
+    }
+}
+
+/// [`super::exc::signal_fallback_captures`] with the first-chance hook taken into account: while a hook is set the
+/// Mach server declined every fault, so the signal fallback captures kernel faults too (after the hook said it did
+/// not handle them), as if our Mach ports were not registered.
+pub fn signal_fallback_captures_with_hook(
+    sig: i32,
+    si_code: i32,
+    mach_ports_ours: bool,
+    mach_reported: bool,
+    first_chance_set: bool,
+) -> bool {
+    super::exc::signal_fallback_captures(sig, si_code, mach_ports_ours && !first_chance_set, mach_reported)
+}
+
 /// What a behaviour carries with its request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlavorKind {
@@ -213,6 +250,20 @@ mod tests {
         assert!(reraise_after_report(SIGABRT, 1, a));
         assert!(reraise_after_report(SIGSYS, 1, a));
         assert!(reraise_after_report(SIGSYS, 1, x));
+    }
+
+    #[test]
+    fn first_chance_hook_moves_faults_to_the_signal_path() {
+        assert_eq!(mach_server_action(true, false), MachAction::Capture);
+        assert_eq!(mach_server_action(true, true), MachAction::Decline, "the hook runs in the signal handler");
+        assert_eq!(mach_server_action(false, false), MachAction::Decline, "a child's crash");
+        assert_eq!(mach_server_action(false, true), MachAction::Decline);
+        // A kernel SIGSEGV with our ports registered: captured by the signal path only when a hook is set (the
+        // Mach server declined it), never twice.
+        assert!(!signal_fallback_captures_with_hook(SIGSEGV, 1, true, false, false));
+        assert!(signal_fallback_captures_with_hook(SIGSEGV, 1, true, false, true));
+        assert!(!signal_fallback_captures_with_hook(SIGSEGV, 1, true, true, true), "already reported");
+        assert!(signal_fallback_captures_with_hook(SIGABRT, SI_USER, true, false, false));
     }
 
     #[test]

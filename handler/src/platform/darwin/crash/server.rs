@@ -22,7 +22,10 @@
 use super::mach::{self, FLAVORS};
 use super::{capture, state_none, wait_done, write_minimal, Crashed, State, GATE};
 use crate::platform::darwin::crash::exc::{signal_for, Cpu, EXC_BAD_ACCESS, KERN_FAILURE};
-use crate::platform::darwin::crash::policy::{exception_is_ours, RequestIdentity, SIGNALS_TO_UNBLOCK};
+use crate::crash::first_chance;
+use crate::platform::darwin::crash::policy::{
+    exception_is_ours, mach_server_action, MachAction, RequestIdentity, SIGNALS_TO_UNBLOCK,
+};
 use crate::platform::darwin::crash::msg::{encode_reply, parse_request, ExceptionRequest};
 use crate::crash::capture::CrashRecord;
 use crate::crash::reentrancy::Entry;
@@ -114,9 +117,14 @@ pub fn run(st: &'static State, role: Role, rx: &'static mut [u32], tx: &'static 
             continue;
         };
         let identity = RequestIdentity { task_port: req.task_port, thread_id: req.thread_id };
-        let ret = if !exception_is_ours(identity, mach::task(), mach::thread_in_task) {
-            // A child that inherited our exception ports across fork/exec crashed: not our crash. Touch nothing
-            // (no gate, no ports, no `reported`); the child goes on to its next handler.
+        let ours = exception_is_ours(identity, mach::task(), mach::thread_in_task);
+        let ret = if mach_server_action(ours, first_chance::is_set()) == MachAction::Decline {
+            // A child that inherited our exception ports across fork/exec crashed (not our crash), or a first-chance
+            // hook is set and must see the fault first, in the signal handler. Touch nothing (no gate, no ports, no
+            // `reported`); the kernel goes on to the next handler and the signal.
+            if ours {
+                mach::unblock_signals(&SIGNALS_TO_UNBLOCK);
+            }
             KERN_FAILURE
         } else {
             if role == Role::Primary && !secondary_resumed {
