@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Builds the reporter static library for iOS and packages it as CrashReporter.xcframework, which Swift imports as
-# `import CrashReporter` (the C ABI of reporter/src/ffi.rs, header reporter/include/crash_reporter.h).
+# Builds the reporter static library for iOS (and, in the Mac build, macOS) and packages it as
+# RustCrashReporterC.xcframework (module RustCrashReporterC: the C ABI of reporter/src/ffi.rs, header
+# reporter/include/crash_reporter.h, plus apple/PrivacyInfo.xcprivacy in every slice). Swift apps add the package
+# in Package.swift and `import RustCrashReporter` (swift/Sources/RustCrashReporter, a Swift API over the C calls).
 #
 # Usage:
 #   scripts/build-xcframework.sh                 on a Mac: release static libraries for the three iOS targets,
 #                                                simulator slices joined with lipo, XCFramework with header and
-#                                                module map in target/ios/CrashReporter.xcframework
+#                                                module map in target/ios/RustCrashReporterC.xcframework (with a
+#                                                macOS slice for `swift test`)
 #   scripts/build-xcframework.sh --cargo-only    anywhere with Debian's Rust (the Linux CI): only the cargo part,
 #                                                with -Zbuild-std, in target/apple (debug profile, the same builds
 #                                                as the CI step it replaces), then the checks below
@@ -220,31 +223,50 @@ if [ "$mode" = cargo-only ]; then
 fi
 
 # --- XCFramework (Mac only) --------------------------------------------------------------------------------------
+# Module and XCFramework are named RustCrashReporterC: `CrashReporter` is PLCrashReporter's module, and an app that
+# links both (or a dependency that does) would fail to build with two modules of one name.
+module=RustCrashReporterC
 out="$repo/target/ios"
-xcf="$out/CrashReporter.xcframework"
-rm -rf "$out/device" "$out/simulator" "$out/headers" "$xcf"
-mkdir -p "$out/device" "$out/simulator" "$out/headers/CrashReporter"
+xcf="$out/$module.xcframework"
+rm -rf "$out/device" "$out/simulator" "$out/macos" "$out/headers" "$xcf"
+mkdir -p "$out/device" "$out/simulator" "$out/macos" "$out/headers/$module"
+
+# A macOS slice too (arm64 + x86_64), so the Swift package builds and its tests run with `swift test` on a Mac.
+mac_targets=(aarch64-apple-darwin x86_64-apple-darwin)
+if command -v rustup >/dev/null; then rustup target add "${mac_targets[@]}"; fi
+for t in "${mac_targets[@]}"; do
+  log "cargo build -p reporter --lib --target $t ($profile)"
+  "${cargo[@]}" build --locked --target "$t" --target-dir "$target_dir" -p reporter --lib \
+    ${profile_args[@]+"${profile_args[@]}"}
+done
 
 cp "$target_dir/aarch64-apple-ios/$profile/libreporter.a" "$out/device/libreporter.a"
 lipo -create \
   "$target_dir/aarch64-apple-ios-sim/$profile/libreporter.a" \
   "$target_dir/x86_64-apple-ios/$profile/libreporter.a" \
   -output "$out/simulator/libreporter.a"
-lipo -info "$out/simulator/libreporter.a"
+lipo -create \
+  "$target_dir/aarch64-apple-darwin/$profile/libreporter.a" \
+  "$target_dir/x86_64-apple-darwin/$profile/libreporter.a" \
+  -output "$out/macos/libreporter.a"
+lipo -info "$out/simulator/libreporter.a" "$out/macos/libreporter.a"
 
 # Header and module map in a subdirectory named after the module: Xcode copies every XCFramework's Headers into
 # one include directory, and a module.modulemap at its top would collide with other libraries'. Clang finds
-# <include dir>/CrashReporter/module.modulemap when Swift asks for module CrashReporter.
-cp "$header" "$out/headers/CrashReporter/crash_reporter.h"
-cat >"$out/headers/CrashReporter/module.modulemap" <<'EOF'
-module CrashReporter {
-    header "crash_reporter.h"
-    export *
-}
-EOF
+# <include dir>/RustCrashReporterC/module.modulemap when Swift asks for module RustCrashReporterC.
+cp "$header" "$out/headers/$module/crash_reporter.h"
+printf 'module %s {\n    header "crash_reporter.h"\n    export *\n}\n' "$module" >"$out/headers/$module/module.modulemap"
 
 xcodebuild -create-xcframework \
   -library "$out/device/libreporter.a" -headers "$out/headers" \
   -library "$out/simulator/libreporter.a" -headers "$out/headers" \
+  -library "$out/macos/libreporter.a" -headers "$out/headers" \
   -output "$xcf"
-log "done: $xcf"
+
+# The privacy manifest (apple/PrivacyInfo.xcprivacy) in every slice: App Store processing reads the manifests of
+# the XCFrameworks an app links, and the report store reads file timestamps (a required-reason API).
+plutil -lint "$repo/apple/PrivacyInfo.xcprivacy"
+for slice in "$xcf"/*/; do
+  cp "$repo/apple/PrivacyInfo.xcprivacy" "$slice"
+done
+log "done: $xcf (C and Objective-C: import $module; Swift apps use Package.swift: import RustCrashReporter)"
