@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The crash matrix on an iOS simulator (default) or a device, from a fresh checkout on a Mac:
-#   1. builds CrashReporter.xcframework (scripts/build-xcframework.sh) and the viewer (cargo build -p viewer);
+#   1. builds RustCrashReporterC.xcframework (scripts/build-xcframework.sh) and the viewer (cargo build -p viewer);
 #   2. generates CrashHarness.xcodeproj from project.yml (XcodeGen);
 #   3. starts `viewer serve` on 127.0.0.1:8787 with an empty store;
 #   4. runs the UI tests (xcodebuild test): every trigger crashes the app, the relaunch uploads the report;
@@ -15,7 +15,7 @@
 #   --collector-url URL     URL the app and the tests use (default: the local collector, http://127.0.0.1:8787/);
 #                           the local collector's ingest token is added as its user part unless it has one
 #   --only TRIGGER[,..]     run only these triggers (names as in Shared/HarnessTrigger.swift, e.g. badPointer)
-#   --skip-build            reuse target/ios/CrashReporter.xcframework and target/release/viewer
+#   --skip-build            reuse target/ios/RustCrashReporterC.xcframework and target/release/viewer
 # Needs: macOS with Xcode 15+ (xcode-select -p pointing at it), Rust (rustup), XcodeGen (brew install xcodegen),
 # python3 (ships with Xcode's command line tools).
 set -euo pipefail
@@ -87,14 +87,14 @@ cd "$repo"
 
 # 1. Reporter XCFramework and the viewer (collector and symbolicator) for this Mac.
 if [ "$skip_build" = no ]; then
-  log "building CrashReporter.xcframework"
+  log "building RustCrashReporterC.xcframework"
   bash scripts/build-xcframework.sh
   log "building the viewer"
   cargo build --locked --release -p viewer
 fi
 viewer="${CARGO_TARGET_DIR:-$repo/target}/release/viewer"
 [ -x "$viewer" ] || die "no viewer at $viewer"
-[ -d "$repo/target/ios/CrashReporter.xcframework" ] || die "no target/ios/CrashReporter.xcframework (drop --skip-build)"
+[ -d "$repo/target/ios/RustCrashReporterC.xcframework" ] || die "no target/ios/RustCrashReporterC.xcframework (drop --skip-build)"
 
 # 2. Xcode project.
 log "generating CrashHarness.xcodeproj"

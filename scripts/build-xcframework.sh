@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Builds the reporter static library for iOS and packages it as CrashReporter.xcframework, which Swift imports as
-# `import CrashReporter` (the C ABI of reporter/src/ffi.rs, header reporter/include/crash_reporter.h).
+# Builds the reporter static library for iOS (and, in the Mac build, macOS) and packages it as
+# RustCrashReporterC.xcframework (module RustCrashReporterC: the C ABI of reporter/src/ffi.rs, header
+# reporter/include/crash_reporter.h, plus apple/PrivacyInfo.xcprivacy in every slice). Swift apps add the package
+# in Package.swift and `import RustCrashReporter` (swift/Sources/RustCrashReporter, a Swift API over the C calls).
 #
 # Usage:
 #   scripts/build-xcframework.sh                 on a Mac: release static libraries for the three iOS targets,
 #                                                simulator slices joined with lipo, XCFramework with header and
-#                                                module map in target/ios/CrashReporter.xcframework
+#                                                module map in target/ios/RustCrashReporterC.xcframework (with a
+#                                                macOS slice for `swift test`)
 #   scripts/build-xcframework.sh --cargo-only    anywhere with Debian's Rust (the Linux CI): only the cargo part,
 #                                                with -Zbuild-std, in target/apple (debug profile, the same builds
 #                                                as the CI step it replaces), then the checks below
@@ -19,7 +22,11 @@
 #     treats x86_64 iOS objects as simulator objects). A device slice in a simulator app fails to link ("building
 #     for iOS Simulator, but linking in object file built for iOS");
 #   - every function the header declares (crash_reporter_*) is defined and exported by the library, and the library
-#     exports no crash_reporter_* function the header lacks (a stale header).
+#     exports no crash_reporter_* function the header lacks (a stale header);
+#   - no undefined symbol (nm -u) is a non-public Apple API App Store processing rejects (ITMS-90338): the
+#     `_mach_vm_*` family (<mach/mach_vm.h> is #error in the iOS SDK; use vm_read_overwrite / vm_deallocate), and the
+#     private symbols listed in `private_symbol_pattern` below. Applies to every iOS slice, simulator included (the
+#     same objects go to the store's checks in a universal build).
 # Whether the header matches reporter/src/ffi.rs is checked by `cargo test -p reporter --test header` (part of
 # `cargo test --workspace`); this script does not repeat it.
 #
@@ -121,6 +128,23 @@ header_functions() {
   grep -oE '\bcrash_reporter_[a-z0-9_]+\(' "$header" | tr -d '(' | sort -u
 }
 
+# Undefined symbols App Store processing rejects as non-public API (ITMS-90338), as an extended regular expression
+# over `nm -u` names (Mach-O C names carry a leading underscore). `_mach_vm_*`: <mach/mach_vm.h> is #error in the
+# iOS SDK and Rust-on-iOS apps were rejected for exactly these references. `_thread_set_exception_ports` and
+# `_task_set_exception_ports` are public (<mach/thread_act.h>, <mach/task.h>) and are not listed.
+# `_dyld_get_all_image_infos` and `__dyld_get_all_image_infos` are private dyld SPI; `_task_for_pid` is
+# not available to iOS apps; `_proc_pidinfo`/`_proc_pid*` (libproc) and `_csops` are private on iOS.
+private_symbol_pattern='^_(mach_vm_[a-z_]+|_?dyld_get_all_image_infos|task_for_pid|proc_pid[a-z_]*|csops)$'
+
+check_private_symbols() { # check_private_symbols TARGET LIBRARY
+  local t="$1" lib="$2" undefined bad
+  undefined="$("${nm_tool[@]}" -u "$lib" 2>/dev/null | awk 'NF {print $NF}' | sort -u)"
+  [ -n "$undefined" ] || die "$t: $lib: nm -u listed no undefined symbols (a std library always has some)"
+  bad="$(grep -E "$private_symbol_pattern" <<<"$undefined" | tr '\n' ' ' || true)"
+  [ -z "$bad" ] || die "$t: $lib references non-public API (App Store rejects it, ITMS-90338): $bad"
+  log "$t: no non-public symbol referenced ($(wc -l <<<"$undefined") undefined symbols checked)"
+}
+
 check_lib() { # check_lib TARGET LIBRARY
   local t="$1" lib="$2" want_cpu allowed_platforms summary objects cpus platforms with_platform
   [ -s "$lib" ] || die "$t: $lib missing or empty"
@@ -189,6 +213,7 @@ for t in "${targets[@]}"; do
   lib="$target_dir/$t/$profile/libreporter.a"
   log "$t built in $(( $(date +%s) - start )) s: $lib"
   check_lib "$t" "$lib"
+  check_private_symbols "$t" "$lib"
   libs+=("$lib")
 done
 
@@ -198,31 +223,50 @@ if [ "$mode" = cargo-only ]; then
 fi
 
 # --- XCFramework (Mac only) --------------------------------------------------------------------------------------
+# Module and XCFramework are named RustCrashReporterC: `CrashReporter` is PLCrashReporter's module, and an app that
+# links both (or a dependency that does) would fail to build with two modules of one name.
+module=RustCrashReporterC
 out="$repo/target/ios"
-xcf="$out/CrashReporter.xcframework"
-rm -rf "$out/device" "$out/simulator" "$out/headers" "$xcf"
-mkdir -p "$out/device" "$out/simulator" "$out/headers/CrashReporter"
+xcf="$out/$module.xcframework"
+rm -rf "$out/device" "$out/simulator" "$out/macos" "$out/headers" "$xcf"
+mkdir -p "$out/device" "$out/simulator" "$out/macos" "$out/headers/$module"
+
+# A macOS slice too (arm64 + x86_64), so the Swift package builds and its tests run with `swift test` on a Mac.
+mac_targets=(aarch64-apple-darwin x86_64-apple-darwin)
+if command -v rustup >/dev/null; then rustup target add "${mac_targets[@]}"; fi
+for t in "${mac_targets[@]}"; do
+  log "cargo build -p reporter --lib --target $t ($profile)"
+  "${cargo[@]}" build --locked --target "$t" --target-dir "$target_dir" -p reporter --lib \
+    ${profile_args[@]+"${profile_args[@]}"}
+done
 
 cp "$target_dir/aarch64-apple-ios/$profile/libreporter.a" "$out/device/libreporter.a"
 lipo -create \
   "$target_dir/aarch64-apple-ios-sim/$profile/libreporter.a" \
   "$target_dir/x86_64-apple-ios/$profile/libreporter.a" \
   -output "$out/simulator/libreporter.a"
-lipo -info "$out/simulator/libreporter.a"
+lipo -create \
+  "$target_dir/aarch64-apple-darwin/$profile/libreporter.a" \
+  "$target_dir/x86_64-apple-darwin/$profile/libreporter.a" \
+  -output "$out/macos/libreporter.a"
+lipo -info "$out/simulator/libreporter.a" "$out/macos/libreporter.a"
 
 # Header and module map in a subdirectory named after the module: Xcode copies every XCFramework's Headers into
 # one include directory, and a module.modulemap at its top would collide with other libraries'. Clang finds
-# <include dir>/CrashReporter/module.modulemap when Swift asks for module CrashReporter.
-cp "$header" "$out/headers/CrashReporter/crash_reporter.h"
-cat >"$out/headers/CrashReporter/module.modulemap" <<'EOF'
-module CrashReporter {
-    header "crash_reporter.h"
-    export *
-}
-EOF
+# <include dir>/RustCrashReporterC/module.modulemap when Swift asks for module RustCrashReporterC.
+cp "$header" "$out/headers/$module/crash_reporter.h"
+printf 'module %s {\n    header "crash_reporter.h"\n    export *\n}\n' "$module" >"$out/headers/$module/module.modulemap"
 
 xcodebuild -create-xcframework \
   -library "$out/device/libreporter.a" -headers "$out/headers" \
   -library "$out/simulator/libreporter.a" -headers "$out/headers" \
+  -library "$out/macos/libreporter.a" -headers "$out/headers" \
   -output "$xcf"
-log "done: $xcf"
+
+# The privacy manifest (apple/PrivacyInfo.xcprivacy) in every slice: App Store processing reads the manifests of
+# the XCFrameworks an app links, and the report store reads file timestamps (a required-reason API).
+plutil -lint "$repo/apple/PrivacyInfo.xcprivacy"
+for slice in "$xcf"/*/; do
+  cp "$repo/apple/PrivacyInfo.xcprivacy" "$slice"
+done
+log "done: $xcf (C and Objective-C: import $module; Swift apps use Package.swift: import RustCrashReporter)"

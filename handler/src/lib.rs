@@ -11,8 +11,9 @@
 //! - [`unwind`]: the pure stack walker (DWARF CFI, frame pointers, a bounded scan) over a
 //!   [`unwind::MemoryReader`];
 //! - [`arch`]: pure register decoding (x86-64 `gregs`, arm64 `sigcontext`) and PAC stripping;
-//! - [`platform`]: OS backends (`platform::linux`: install, image snapshot, and its `crash/` signal handlers);
-//! - [`apple`], [`macho`]: pure Apple decoding, tested on every host.
+//! - [`platform`]: OS backends (`platform::linux`: install, image snapshot, and its `crash/` signal handlers;
+//!   [`platform::darwin`]: the Apple platform's one home: its pure decoding (Mach messages, thread states, Mach-O,
+//!   `__crash_info`, dyld records) compiled and tested on every host, its FFI half compiled for Apple targets only).
 //!
 //! Crash-path code lives only in modules whose path contains `/crash/`, `/unwind/` or `/arch/`.
 
@@ -35,13 +36,11 @@ macro_rules! crash_path_mod {
     };
 }
 
-crash_path_mod! { pub mod apple; }
 crash_path_mod! { pub mod arch; }
 pub mod config;
 crash_path_mod! { pub mod crash; }
 pub mod error;
 pub mod install;
-crash_path_mod! { pub mod macho; }
 pub mod platform;
 mod prealloc;
 crash_path_mod! { pub mod unwind; }

@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use handler::apple::crash_info::{self, CStrRead};
-use handler::macho::{self, consts::*, MachO};
+use handler::platform::darwin::crash::crash_info::{self, CStrRead};
+use handler::platform::darwin::crash::macho::{self, consts::*, MachO};
 
 /// A loaded image: each segment's file bytes mapped at `vmaddr + slide` (the rest of vmsize reads as zero).
 struct Loaded<'a> {

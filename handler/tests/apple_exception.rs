@@ -3,10 +3,12 @@
 //! into the report's register array with PAC stripped, mapped to a Darwin signal and named; then the reply that
 //! passes the exception on. Also the x86_64 `EXCEPTION_STATE_IDENTITY` variant.
 
-use handler::apple::exc::{self, signal, Cpu};
-use handler::apple::msg::{self, Behavior, MACH_MSGH_BITS_COMPLEX, MACH_MSG_TYPE_MOVE_SEND_ONCE, NDR_RECORD};
-use handler::apple::pac::{PacStrip, IOS_ARM64_VA_BITS};
-use handler::apple::state;
+use handler::arch::pac::{PacStrip, IOS_ARM64_VA_BITS};
+use handler::platform::darwin::crash::exc::{self, signal, Cpu};
+use handler::platform::darwin::crash::msg::{
+    self, Behavior, MACH_MSGH_BITS_COMPLEX, MACH_MSG_TYPE_MOVE_SEND_ONCE, NDR_RECORD,
+};
+use handler::platform::darwin::crash::state;
 use report_format::regs::{index_of, ARM64, X86_64};
 
 fn le32(v: &mut Vec<u8>, x: u32) {

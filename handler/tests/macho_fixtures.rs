@@ -10,7 +10,7 @@ mod llvm_oracle;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use handler::macho::{self, consts::*, MachO};
+use handler::platform::darwin::crash::macho::{self, consts::*, MachO};
 use llvm_oracle::{check_file, uuid_string};
 
 fn fixtures() -> PathBuf {

@@ -1,4 +1,4 @@
-import CrashReporter
+import RustCrashReporterC
 import SwiftUI
 import UIKit
 

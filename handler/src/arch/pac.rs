@@ -1,6 +1,6 @@
 //! Pointer-authentication (arm64e) stripping for return addresses and `pc`/`lr`: a small pure function, shared by
 //! the arm64 Linux path ([`crate::arch::aarch64::strip_pac`], the walker's [`crate::unwind::WalkOptions::strip`]) and
-//! the Apple backend (thread states from Mach, `crate::apple::state`). Pure, allocation-free, async-signal-safe.
+//! the Apple backend (thread states from Mach, `crate::platform::darwin::crash::state`). Pure, allocation-free, async-signal-safe.
 //!
 //! A signed user-space pointer keeps its address in bits `0..va_bits` and carries the PAC in the bits above (up to
 //! bit 54, plus the top byte 56..63 for instruction pointers, where top-byte-ignore does not apply); bit 55 selects

@@ -37,9 +37,14 @@ pub fn set_first_chance_handler(handler: Option<FirstChanceHandler>) {
     HANDLER.store(handler.map_or(0, |h| h as usize), Ordering::Release);
 }
 
+/// Whether a first-chance handler is set (one atomic load; async-signal-safe). On Apple platforms the Mach exception
+/// server then leaves faults to the signal path, where the hook runs on the faulting thread with its `ucontext`.
+pub fn is_set() -> bool {
+    HANDLER.load(Ordering::Acquire) != 0
+}
+
 /// Calls the first-chance handler for a signal on thread `tid`; `true` when it handled the signal. `false` when
 /// none is set, or when this thread is already inside it (a fault in the hook). Async-signal-safe.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the Darwin signal fallback does not call it yet
 pub(crate) fn call(tid: u64, sig: i32, info: *mut libc::siginfo_t, context: *mut c_void) -> bool {
     let h = HANDLER.load(Ordering::Acquire);
     if h == 0 || tid == 0 {
@@ -83,7 +88,9 @@ mod tests {
     #[test]
     fn calls_the_hook_once_per_signal_and_never_recursively() {
         assert!(!call(4242, libc::SIGSEGV, core::ptr::null_mut(), core::ptr::null_mut()), "no hook set");
+        assert!(!is_set());
         set_first_chance_handler(Some(handles_sigsegv));
+        assert!(is_set());
         assert!(call(4242, libc::SIGSEGV, core::ptr::null_mut(), core::ptr::null_mut()));
         assert!(!call(4242, libc::SIGBUS, core::ptr::null_mut(), core::ptr::null_mut()));
         assert_eq!(CALLS.load(Ordering::SeqCst), 2);

@@ -30,7 +30,7 @@ pub struct ImageRecord<'a> {
     pub id: &'a [u8],
     /// `report_format::encode::ID_KIND_UUID` or `ID_KIND_BUILD_ID`.
     pub id_kind: u8,
-    /// CPU architecture name when known (`b"arm64e"`, from `crate::macho::arch_name`); static text.
+    /// CPU architecture name when known (`b"arm64e"`, from `crate::platform::darwin::crash::macho::arch_name`); static text.
     pub arch: &'static [u8],
     /// Runtime address and size in bytes of the image's `__DATA,__crash_info` section (Apple); `(0, 0)` if none.
     pub crash_info: (u64, u64),

@@ -1,9 +1,9 @@
 //! OS backends. Each provides install/uninstall (install time, may allocate) and a `crash/` module with its signal
-//! handlers, thread stopping and fault-proof memory reader (crash path). The Apple backend (`darwin`, Apple targets
-//! only, type-checked here) adds the Mach exception server; its pure decoding lives in `crate::apple` and
-//! `crate::macho`, tested on every host.
+//! handlers, thread stopping and fault-proof memory reader (crash path). The Apple backend ([`darwin`]) adds the
+//! Mach exception server; its pure half (Mach messages, thread states, Mach-O, `__crash_info`, dyld records, the
+//! crash-time decisions) is compiled and tested on every host, its FFI half only for Apple targets (type-checked
+//! here).
 
-#[cfg(target_vendor = "apple")]
 pub mod darwin;
 #[cfg(target_os = "linux")]
 pub mod linux;

@@ -388,6 +388,30 @@ pub fn step<M: MemoryReader + ?Sized>(
         return apply(arch, mem, &row, regs);
     }
     let fde_addr = find_fde(mem, hdr, lookup_pc)?;
+    step_fde(arch, mem, ctx, cache, (hdr, hdr), fde_addr, regs, lookup_pc)
+}
+
+/// One CFI step from the FDE at `fde_addr` (found by another index: `.eh_frame_hdr`'s search table, or a compact
+/// unwind entry in `UNWIND_*_MODE_DWARF`, whose low 24 bits are the FDE's offset in `__eh_frame`). `key` is
+/// `(cache key, data-relative base)`: the table the FDE was found through keys the [`RuleCache`] (non-zero), and
+/// the `.eh_frame_hdr` address is the data-relative base (0 when there is none, as on Apple platforms, whose
+/// `__eh_frame` uses pc-relative pointers only).
+#[allow(clippy::too_many_arguments)]
+pub fn step_fde<M: MemoryReader + ?Sized>(
+    arch: &ArchSpec,
+    mem: &mut M,
+    ctx: &mut Context,
+    cache: &mut RuleCache,
+    key: (u64, u64),
+    fde_addr: u64,
+    regs: &UnwindRegs,
+    lookup_pc: u64,
+) -> Result<Step, Miss> {
+    let (cache_key, hdr) = key;
+    if let Some(row) = cache.get(cache_key, lookup_pc) {
+        let row = *row;
+        return apply(arch, mem, &row, regs);
+    }
     // Copy CIE then FDE into one buffer.
     let fde_len = entry_len(mem, fde_addr, MAX_FDE)?;
     let mut ptr = [0u8; 4];
@@ -434,7 +458,7 @@ pub fn step<M: MemoryReader + ?Sized>(
     // the return address is still in the link register (a leaf, or a prologue before `x30` is stored).
     let ra_undefined = || marks_ra_undefined(arch, &eh, &bases, &fde);
     if let Some(reduced) = Row::reduce(arch, row, ra_undefined, signal_frame) {
-        cache.put(hdr, lookup_pc, reduced);
+        cache.put(cache_key, lookup_pc, reduced);
         return apply(arch, mem, &reduced, regs);
     }
 

@@ -10,7 +10,9 @@
 //! Each step, for the current frame:
 //! 1. **CFI** ([`cfi`]): the image's `.eh_frame_hdr` table finds the FDE covering the pc (the return address minus
 //!    one for callers), gimli evaluates its row, the rules give the caller's registers. A return-address column the
-//!    CFI marks undefined ends the stack (glibc's `_start`, `clone3`).
+//!    CFI marks undefined ends the stack (glibc's `_start`, `clone3`). Apple images have no `.eh_frame_hdr`:
+//!    their compact unwind table ([`compact`], `__TEXT,__unwind_info`) gives the step for frame and frameless
+//!    functions (arm64 and x86-64 encodings) and sends the rest to their FDE in `__TEXT,__eh_frame`.
 //! 2. **Link register** (arm64, frame 0 only, no CFI): `x30` is the caller when it follows a branch-with-link.
 //!    **Return slot** (x86-64, frame 0 only, pc outside every image: a call through a bad pointer): the word at `sp`.
 //! 3. **Frame pointer**: the record `[previous fp, return address]` at `fp`, when it lies inside the stack above
@@ -33,6 +35,7 @@
 
 pub mod aarch64;
 pub mod cfi;
+pub mod compact;
 pub mod expr;
 pub mod regs;
 pub mod x86_64;
@@ -503,7 +506,14 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
 
         // 1. Unwind tables.
         if let Some(m) = module {
-            match cfi::step(arch, mem, &mut ctx, rules, m.unwind.eh_frame_hdr.0, &regs, lookup) {
+            // ELF images index their CFI with `.eh_frame_hdr`; Apple images carry compact unwind (`__unwind_info`,
+            // which sends the functions it cannot describe to their FDE in `__eh_frame`).
+            let step = if m.unwind.eh_frame_hdr.0 == 0 && m.unwind.compact.0 != 0 {
+                compact::step(arch, mem, &mut ctx, rules, &m, &regs, lookup, exact)
+            } else {
+                cfi::step(arch, mem, &mut ctx, rules, m.unwind.eh_frame_hdr.0, &regs, lookup)
+            };
+            match step {
                 Ok(cfi::Step::End) => return StopReason::End,
                 Ok(cfi::Step::Caller { regs: mut next, signal_frame, .. }) => {
                     let ra = next.get(arch.pc).map(|v| opts.strip_value(v)).unwrap_or(0);

@@ -438,3 +438,84 @@ fn arm64_leaf_through_lr_then_cfi_with_signed_return_addresses() {
     assert_eq!(&tr[..o.frames], &[trust::CONTEXT, trust::LINK_REGISTER, trust::CFI]);
     assert_eq!(o.stop, StopReason::End);
 }
+
+/// `__unwind_info` (compact_unwind_encoding.h) with one REGULAR second-level page: `(function offset from the
+/// image base, encoding)` entries, sorted, and the sentinel's function offset.
+fn unwind_info_regular(entries: &[(u32, u32)], sentinel: u32) -> Vec<u8> {
+    let mut t = Vec::new();
+    let index_off = 28u32;
+    let page_off = index_off + 2 * 12;
+    for v in [1u32, index_off, 0, index_off, 0, index_off, 2] {
+        t.extend_from_slice(&v.to_le_bytes());
+    }
+    for (func, page) in [(entries[0].0, page_off), (sentinel, 0)] {
+        for v in [func, page, 0] {
+            t.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    t.extend_from_slice(&compact::SECOND_LEVEL_REGULAR.to_le_bytes());
+    t.extend_from_slice(&8u16.to_le_bytes());
+    t.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+    for (func, enc) in entries {
+        t.extend_from_slice(&func.to_le_bytes());
+        t.extend_from_slice(&enc.to_le_bytes());
+    }
+    t
+}
+
+#[test]
+fn compact_unwind_walks_an_apple_image_without_eh_frame_hdr() {
+    // The x86 chain again, as an Apple image describes it: no `.eh_frame_hdr`, a `__unwind_info` table whose entries
+    // are STACK_IMMD (leaf: 8 bytes, the return address only), DWARF mode (mid and start: their FDE's offset in
+    // `__eh_frame`) and RBP_FRAME (top).
+    let (mut p, regs) = x86_chain();
+    let eh_addr = 0x40_6000u64;
+    let eh = p.regions.get(&eh_addr).expect("eh_frame").clone();
+    let section = gimli::EhFrame::new(&eh, LittleEndian);
+    let bases = gimli::BaseAddresses::default().set_eh_frame(eh_addr);
+    let mut fde_offset = BTreeMap::new();
+    let mut entries = section.entries(&bases);
+    while let Some(e) = entries.next().expect("entry") {
+        if let gimli::CieOrFde::Fde(partial) = e {
+            let fde = partial.parse(|s, b, o| s.cie_from_offset(b, o)).expect("fde");
+            fde_offset.insert(fde.initial_address(), fde.offset() as u32);
+        }
+    }
+    let info = unwind_info_regular(
+        &[
+            (0x1000, compact::X86_64_MODE_STACK_IMMD | (1 << 16)),
+            (0x2000, compact::X86_64_MODE_DWARF | fde_offset[&0x40_2000]),
+            (0x3000, compact::X86_64_MODE_RBP_FRAME),
+            (0x4000, compact::X86_64_MODE_DWARF | fde_offset[&0x40_4000]),
+        ],
+        0x4100,
+    );
+    let info_addr = 0x40_5000u64;
+    p.regions.insert(info_addr, info.clone());
+    p.images[0].unwind = UnwindSections {
+        compact: (info_addr, info.len() as u64),
+        eh_frame: (eh_addr, eh.len() as u64),
+        ..UnwindSections::default()
+    };
+    let (f, t, r, o) = run(&mut p, &regs, 64);
+    assert_eq!(f, vec![0x40_1010, 0x40_2055, 0x40_3055, 0x40_4055], "{o:?}");
+    assert_eq!(t, vec![trust::CONTEXT, trust::CFI, trust::CFI, trust::CFI]);
+    assert!(r.is_empty());
+    assert_eq!(o.stop, StopReason::End, "start's FDE marks the return address undefined");
+
+    // The lookup itself: regular page entries, ends, and what lies outside.
+    let m = p.images[0];
+    let e = compact::lookup(&mut p, info_addr, m.start, 0x40_2fff).expect("mid");
+    assert_eq!((e.start, e.end), (0x40_2000, 0x40_3000));
+    assert_eq!(compact::lookup(&mut p, info_addr, m.start, 0x40_0fff), Err(cfi::Miss::NoEntry));
+    assert_eq!(compact::lookup(&mut p, info_addr, m.start, 0x40_4100), Err(cfi::Miss::NoEntry));
+    // A DWARF-mode entry whose offset points at the CIE (what lld 14 writes) is refused, not misread.
+    let bad = unwind_info_regular(&[(0x1000, compact::X86_64_MODE_DWARF)], 0x1100);
+    p.regions.insert(info_addr, bad);
+    let mut ctx = cfi::Context::new_in();
+    let mut rules = Box::new(RuleCache::EMPTY);
+    let spec = &x86_64::SPEC;
+    let ur = spec.regs_from(&regs).expect("regs");
+    let got = compact::step(spec, &mut p, &mut ctx, &mut rules, &m, &ur, 0x40_1010, true);
+    assert_eq!(got, Err(cfi::Miss::Bad));
+}

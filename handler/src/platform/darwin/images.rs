@@ -1,9 +1,11 @@
 //! The Darwin image table, filled at install and kept current by dyld's add/remove-image callbacks (install time:
 //! these run when an image is loaded or unloaded, never after a fault, so they may allocate and lock).
 //!
-//! Each image is read from memory with the bounds-checked Mach-O parser (`crate::macho::read_header` over
-//! `mach_vm_read_overwrite`): load address (the header), slide, `__TEXT` size, `LC_UUID`, CPU type, and the runtime
-//! address of `__DATA,__crash_info`. The path comes from `dladdr`. dyld itself, which the callbacks never report,
+//! Each image is read from memory with the bounds-checked Mach-O parser
+//! (`crate::platform::darwin::crash::macho::read_header` over `vm_read_overwrite`): load address (the header), slide,
+//! `__TEXT` size, `LC_UUID`, CPU type, and the runtime addresses of `__DATA,__crash_info` and of the unwind tables
+//! `__TEXT,__unwind_info` and `__TEXT,__eh_frame` (registered here, from the add-image callback, for the shared
+//! unwinder's compact-unwind source). The path comes from `dladdr`. dyld itself, which the callbacks never report,
 //! is added from `task_info(TASK_DYLD_INFO)` → `dyld_all_image_infos.dyldImageLoadAddress`.
 //!
 //! The records live in a `Vec` behind a mutex; every change rebuilds the inactive half of the crash path's
@@ -13,10 +15,13 @@
 #![allow(unsafe_code)]
 
 use super::crash::mach::TaskReader;
+use super::crash::macho;
 use super::ffi;
-use crate::apple::dyld::{parse_all_image_infos, ALL_IMAGE_INFOS_PREFIX, TASK_DYLD_ALL_IMAGE_INFO_64};
 use crate::crash::images::{ImageRecord, ImageTable};
-use crate::macho;
+use crate::platform::darwin::crash::dyld::{
+    parse_all_image_infos, ALL_IMAGE_INFOS_PREFIX, TASK_DYLD_ALL_IMAGE_INFO_64,
+};
+use crate::unwind::UnwindSections;
 use mach2::kern_return::KERN_SUCCESS;
 use mach2::loader::mach_header;
 use mach2::message::mach_msg_type_number_t;
@@ -35,6 +40,9 @@ struct Owned {
     uuid: Option<[u8; 16]>,
     arch: &'static [u8],
     crash_info: (u64, u64),
+    /// Runtime `__TEXT,__unwind_info` and `__TEXT,__eh_frame` (compact unwind, with DWARF for the functions it
+    /// cannot describe), for the shared unwinder.
+    unwind: UnwindSections,
 }
 
 struct Source {
@@ -61,8 +69,15 @@ fn read_image(header: u64, slide: Option<i64>, path: &[u8]) -> Option<Owned> {
     let m = macho::read_header(&mut read, header, &mut buf).ok()?;
     let summary = m.summary().ok()?;
     let slide = slide.or_else(|| m.slide(header).map(|s| s as i64))?;
-    let crash_info =
-        summary.crash_info.map(|(addr, size)| ((addr as i64).wrapping_add(slide) as u64, size)).unwrap_or((0, 0));
+    let runtime = |sect: Option<(u64, u64)>| {
+        sect.map(|(addr, size)| ((addr as i64).wrapping_add(slide) as u64, size)).unwrap_or((0, 0))
+    };
+    let crash_info = runtime(summary.crash_info);
+    let unwind = UnwindSections {
+        compact: runtime(summary.unwind_info),
+        eh_frame: runtime(summary.eh_frame),
+        ..UnwindSections::default()
+    };
     Some(Owned {
         path: path.to_vec(),
         header,
@@ -71,6 +86,7 @@ fn read_image(header: u64, slide: Option<i64>, path: &[u8]) -> Option<Owned> {
         uuid: summary.uuid,
         arch: macho::arch_name(summary.cputype, summary.cpusubtype).as_bytes(),
         crash_info,
+        unwind,
     })
 }
 
@@ -101,7 +117,7 @@ fn publish(src: &Source) {
                     id_kind: ID_KIND_UUID,
                     arch: r.arch,
                     crash_info: r.crash_info,
-                    ..ImageRecord::default()
+                    unwind: r.unwind,
                 });
             }
         })

@@ -1,14 +1,15 @@
 //! Thin wrappers over the Mach calls the Darwin crash path makes: the fault-proof memory reader
-//! (`mach_vm_read_overwrite` only), the thread list (`task_threads`, with every right and the list itself released),
+//! (`vm_read_overwrite` only), the thread list (`task_threads`, with every right and the list itself released),
 //! suspension, thread states, names and dispatch queue labels, and the exception-port calls.
 //!
 //! Crash path: nothing here allocates in this process's heap (the kernel maps `task_threads`'s list into the task;
-//! it is released with `mach_vm_deallocate`), takes a lock, panics or formats. **Type-checked only.**
+//! it is released with `vm_deallocate`), takes a lock, panics or formats. **Type-checked only.**
 
-use crate::apple::crash_info;
-use crate::apple::pac::PacStrip;
-use crate::apple::ports::SavedPorts;
-use crate::apple::state;
+use super::super::ffi::{vm_deallocate, vm_read_overwrite};
+use crate::platform::darwin::crash::crash_info;
+use crate::arch::pac::PacStrip;
+use crate::platform::darwin::crash::ports::SavedPorts;
+use crate::platform::darwin::crash::state;
 use crate::arch::{aarch64, x86_64, RegisterValues};
 use crate::unwind::MemoryReader;
 use mach2::kern_return::KERN_SUCCESS;
@@ -19,8 +20,7 @@ use mach2::port::{mach_port_t, MACH_PORT_NULL};
 use mach2::task::{task_get_exception_ports, task_set_exception_ports, task_threads};
 use mach2::thread_act::{thread_get_state, thread_resume, thread_suspend};
 use mach2::traps::mach_task_self;
-use mach2::vm::{mach_vm_deallocate, mach_vm_read_overwrite};
-use mach2::vm_types::{mach_vm_address_t, mach_vm_size_t};
+use mach2::vm_types::{vm_address_t, vm_size_t};
 
 /// This task's port (`mach_task_self()`, a cached send right: no new reference).
 pub fn task() -> mach_port_t {
@@ -28,7 +28,8 @@ pub fn task() -> mach_port_t {
     unsafe { mach_task_self() }
 }
 
-/// Reads this task's memory with `mach_vm_read_overwrite`: an unmapped or protected address makes the call fail
+/// Reads this task's memory with `vm_read_overwrite` (not `mach_vm_read_overwrite`: non-public on iOS, see
+/// `ffi::vm_read_overwrite`): an unmapped or protected address makes the call fail
 /// with an error instead of faulting (the fault-proof reader of design.md §2).
 #[derive(Clone, Copy, Debug)]
 pub struct TaskReader {
@@ -46,19 +47,15 @@ impl TaskReader {
         if buf.is_empty() {
             return true;
         }
-        let mut out: mach_vm_size_t = 0;
+        // Every Apple target is 64-bit: `vm_address_t`/`vm_size_t` are `usize` = u64, so no address is cut.
+        let Ok(addr) = vm_address_t::try_from(addr) else { return false };
+        let mut out: vm_size_t = 0;
         // SAFETY: `buf` is a valid writable buffer of `buf.len()` bytes; the kernel writes at most `size` bytes into
         // it and validates `addr` itself (returning an error for unmapped ranges).
         let kr = unsafe {
-            mach_vm_read_overwrite(
-                self.task,
-                addr as mach_vm_address_t,
-                buf.len() as mach_vm_size_t,
-                buf.as_mut_ptr() as mach_vm_address_t,
-                &mut out,
-            )
+            vm_read_overwrite(self.task, addr, buf.len(), buf.as_mut_ptr() as vm_address_t, &mut out)
         };
-        kr == KERN_SUCCESS && out == buf.len() as mach_vm_size_t
+        kr == KERN_SUCCESS && out == buf.len()
     }
 
     /// Reads a little-endian `u64` at `addr`.
@@ -124,9 +121,9 @@ impl ThreadList {
             // SAFETY: each entry is a send right this task received from task_threads; dropped exactly once.
             unsafe { mach_port_deallocate(t, self.port(i)) };
         }
-        let bytes = (self.count as mach_vm_size_t).saturating_mul(core::mem::size_of::<mach_port_t>() as u64);
+        let bytes = self.count.saturating_mul(core::mem::size_of::<mach_port_t>());
         // SAFETY: the array was mapped into this task by the kernel for task_threads and is not used afterwards.
-        unsafe { mach_vm_deallocate(t, self.list as mach_vm_address_t, bytes) };
+        unsafe { vm_deallocate(t, self.list as vm_address_t, bytes) };
     }
 }
 
@@ -228,8 +225,8 @@ pub fn get_state(port: mach_port_t, flavor: i32, out: &mut [u32; STATE_WORDS]) -
     (kr == KERN_SUCCESS).then_some(count as usize)
 }
 
-/// Decodes native thread-state words (and optional exception-state words) into a register set; `pac` strips `pc`
-/// and `lr` on arm64e.
+/// Decodes native thread-state words (and optional exception-state words) into a register set; `pac` strips `fp`,
+/// `lr`, `sp` and `pc` on arm64e (`crate::platform::darwin::crash::state::arm64_from_words`).
 pub fn decode(thread: &[u32], exception: Option<&[u32]>, pac: Option<PacStrip>) -> Option<RegisterValues> {
     if cfg!(target_arch = "aarch64") {
         let mut out = [None; state::ARM64_REG_COUNT];
@@ -242,14 +239,47 @@ pub fn decode(thread: &[u32], exception: Option<&[u32]>, pac: Option<PacStrip>) 
     }
 }
 
-/// Registers of a (suspended, or blocked in an exception) thread: native thread state plus exception state.
-pub fn registers(port: mach_port_t, pac: Option<PacStrip>) -> Option<RegisterValues> {
+/// Registers of a (suspended, or blocked in an exception) thread: native thread state, plus the exception state
+/// when `crashed`. Only the crashed thread's exception state describes a fault: every other thread's holds its last
+/// exception, usually the `svc` of the system call it is blocked in, which would show as a stale `far`/`esr`.
+pub fn registers(port: mach_port_t, pac: Option<PacStrip>, crashed: bool) -> Option<RegisterValues> {
     let (flavor, words, exc_flavor, exc_words) = FLAVORS;
     let mut ts = [0u32; STATE_WORDS];
     let n = get_state(port, flavor, &mut ts)?;
     let mut es = [0u32; STATE_WORDS];
-    let exc = get_state(port, exc_flavor, &mut es).filter(|m| *m >= exc_words).and_then(|m| es.get(..m));
+    let exc = if crashed {
+        get_state(port, exc_flavor, &mut es).filter(|m| *m >= exc_words).and_then(|m| es.get(..m))
+    } else {
+        None
+    };
     decode(ts.get(..n.min(words))?, exc, pac)
+}
+
+/// Whether `tid` is the id of a thread of this task (`task_threads` + `THREAD_IDENTIFIER_INFO`; the list and every
+/// right are released again). `false` when the list cannot be taken.
+pub fn thread_in_task(tid: u64) -> bool {
+    let Some(list) = ThreadList::take() else { return false };
+    let found = crate::platform::darwin::crash::policy::thread_id_listed(
+        tid,
+        (0..list.len()).filter_map(|i| identify(list.port(i)).map(|(t, _)| t)),
+    );
+    list.release();
+    found
+}
+
+/// Unblocks `signals` (Darwin numbers) with `sigprocmask(SIG_UNBLOCK)`, which XNU applies to the whole process
+/// (see `crate::platform::darwin::crash::policy::SIGNALS_TO_UNBLOCK`). Async-signal-safe.
+pub fn unblock_signals(signals: &[i32]) {
+    let mut set: libc::sigset_t = 0;
+    // SAFETY: `set` is a valid sigset_t; sigemptyset/sigaddset only write it, and sigprocmask reads it (a null old
+    // set is allowed).
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for s in signals {
+            libc::sigaddset(&mut set, *s);
+        }
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
+    }
 }
 
 /// Exception state words of `port` (for `far`/`esr` of a crashed thread whose thread state came in the message).
@@ -267,7 +297,7 @@ pub fn set_ports(mask: u32, port: mach_port_t, behavior: u32, flavor: i32) -> bo
 /// Puts back the exception ports saved at install for the exceptions in `mask`: first clears `mask` (so no bit is
 /// left pointing at our port), then re-registers every saved handler with its own behaviour and flavor.
 pub fn restore_ports(mask: u32, saved: &SavedPorts, state_none: i32) {
-    let _ = set_ports(mask, MACH_PORT_NULL, crate::apple::exc::EXCEPTION_DEFAULT, state_none);
+    let _ = set_ports(mask, MACH_PORT_NULL, crate::platform::darwin::crash::exc::EXCEPTION_DEFAULT, state_none);
     for e in saved.entries() {
         let _ = set_ports(e.mask, e.port, e.behavior, e.flavor);
     }
@@ -279,7 +309,7 @@ pub fn ports_are(port: mach_port_t, mask: u32) -> bool {
     if mask == 0 {
         return false;
     }
-    const N: usize = crate::apple::ports::EXC_TYPES_COUNT;
+    const N: usize = crate::platform::darwin::crash::ports::EXC_TYPES_COUNT;
     let mut masks = [0u32; N];
     let mut ports = [0u32; N];
     let mut behaviors = [0i32; N];

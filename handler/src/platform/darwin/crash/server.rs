@@ -3,18 +3,30 @@
 //! The primary handles a crash. The secondary starts suspended; the primary resumes it when a request arrives, so if
 //! the primary itself faults while capturing, the kernel raises that fault on the same port and the secondary is
 //! there to receive it and write a minimal report from the record the primary saved. Both threads are excluded from
-//! suspension. After the report is written, the exception ports saved at install are put back and the request is
-//! answered `KERN_FAILURE`: the kernel then tries the host-level handler (ReportCrash) and turns the exception into
-//! its signal; our signal handler sees the crash was reported and passes the signal through, the faulting
-//! instruction runs again and faults again, now delivered to the previous task-level handler we restored.
+//! suspension. The secondary puts the saved exception ports back before it writes anything, so a fault of its own
+//! goes to the previous handler and the signal instead of waiting on a port nobody serves.
+//!
+//! A request is first checked to be about this task ([`crate::platform::darwin::crash::policy::exception_is_ours`]):
+//! a child that inherited our ports across `fork`/`exec` gets `KERN_FAILURE` and nothing else. After the report is
+//! written, the exception ports saved at install are put back, the fault signals are unblocked (a blocked one would
+//! make the thread re-fault forever) and the request is answered `KERN_FAILURE`. That reply does not reach
+//! ReportCrash directly: the kernel's exception delivery (`exception_triage`) tries the next level's port, and
+//! when every level declined it falls back to its exception-to-signal handler (`ux_exception`), which posts the
+//! signal. Our signal handler sees the crash was reported and passes the signal through; the faulting instruction
+//! runs again and faults again, now delivered to the previous task-level handler we restored (and, on macOS, the
+//! host-level one, where ReportCrash listens).
 //!
 //! Crash path: fixed buffers handed over at install, no allocation, no locks, no panics, bounded waits.
 //! **Type-checked only.**
 
 use super::mach::{self, FLAVORS};
 use super::{capture, state_none, wait_done, write_minimal, Crashed, State, GATE};
-use crate::apple::exc::{signal_for, Cpu, EXC_BAD_ACCESS, KERN_FAILURE};
-use crate::apple::msg::{encode_reply, parse_request, ExceptionRequest};
+use crate::platform::darwin::crash::exc::{signal_for, Cpu, EXC_BAD_ACCESS, KERN_FAILURE};
+use crate::crash::first_chance;
+use crate::platform::darwin::crash::policy::{
+    exception_is_ours, mach_server_action, MachAction, RequestIdentity, SIGNALS_TO_UNBLOCK,
+};
+use crate::platform::darwin::crash::msg::{encode_reply, parse_request, ExceptionRequest};
 use crate::crash::capture::CrashRecord;
 use crate::crash::reentrancy::Entry;
 use core::sync::atomic::Ordering;
@@ -98,20 +110,36 @@ pub fn run(st: &'static State, role: Role, rx: &'static mut [u32], tx: &'static 
         if kr != KERN_SUCCESS {
             continue;
         }
-        if role == Role::Primary && !secondary_resumed {
-            let p = st.secondary_port.load(Ordering::Acquire);
-            if p != MACH_PORT_NULL {
-                mach::resume(p);
-            }
-            secondary_resumed = true;
-        }
         let Ok(req) = parse_request(rx) else {
             // Not a request we understand: free the rights it carries and keep serving.
             // SAFETY: `rx` holds the message just received by mach_msg.
             unsafe { mach_msg_destroy(rx.as_mut_ptr().cast::<mach_msg_header_t>()) };
             continue;
         };
-        let ret = handle(st, &req);
+        let identity = RequestIdentity { task_port: req.task_port, thread_id: req.thread_id };
+        let ours = exception_is_ours(identity, mach::task(), mach::thread_in_task);
+        let ret = if mach_server_action(ours, first_chance::is_set()) == MachAction::Decline {
+            // A child that inherited our exception ports across fork/exec crashed (not our crash), or a first-chance
+            // hook is set and must see the fault first, in the signal handler. Touch nothing (no gate, no ports, no
+            // `reported`); the kernel goes on to the next handler and the signal.
+            if ours {
+                mach::unblock_signals(&SIGNALS_TO_UNBLOCK);
+            }
+            KERN_FAILURE
+        } else {
+            if role == Role::Primary && !secondary_resumed {
+                let p = st.secondary_port.load(Ordering::Acquire);
+                if p != MACH_PORT_NULL {
+                    mach::resume(p);
+                }
+                secondary_resumed = true;
+            }
+            let ret = handle(st, &req);
+            // The kernel turns our KERN_FAILURE into a signal; a blocked one would make the thread re-execute the
+            // fault forever (policy::SIGNALS_TO_UNBLOCK).
+            mach::unblock_signals(&SIGNALS_TO_UNBLOCK);
+            ret
+        };
         if let Ok(n) = encode_reply(&req, ret, tx) {
             // SAFETY: `tx` holds a reply of `n` bytes addressed to the request's send-once reply right.
             unsafe {
@@ -167,6 +195,9 @@ fn handle(st: &'static State, req: &ExceptionRequest<'_>) -> i32 {
     let primary = st.primary_tid.load(Ordering::Acquire);
     if GATE.owner() != 0 && tid == primary {
         // The primary faulted while capturing: it is stopped in its own exception, so the record is ours now.
+        // The saved ports go back first: nobody is left to receive on our port, so a fault of this (secondary)
+        // thread while writing must reach the previous handler and the signal, not wait forever for itself.
+        mach::restore_ports(st.mask, &st.saved_ports, state_none());
         // SAFETY: the record's owner (the primary) cannot run until we reply; nobody else touches the record.
         let rec = unsafe { st.core.record() };
         let _ = write_minimal(st, rec);

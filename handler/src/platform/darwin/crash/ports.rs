@@ -78,7 +78,7 @@ impl SavedPorts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apple::exc::{
+    use crate::platform::darwin::crash::exc::{
         EXCEPTION_DEFAULT, EXCEPTION_STATE_IDENTITY, EXC_BAD_ACCESS, EXC_BREAKPOINT, EXC_CRASH, EXC_MASK_ARITHMETIC,
         EXC_MASK_BAD_ACCESS, EXC_MASK_BAD_INSTRUCTION, EXC_MASK_BREAKPOINT, MACH_EXCEPTION_CODES,
     };

@@ -4,7 +4,7 @@
 //!
 //! Pure decoding over byte slices, so the offsets are tested on every host. Allocation-free and panic-free.
 
-use crate::macho::bytes::{u32_le, u64_le};
+use crate::platform::darwin::crash::macho::bytes::{u32_le, u64_le};
 
 /// `TASK_DYLD_ALL_IMAGE_INFO_64` (`osfmk/mach/task_info.h`): `task_dyld_info.all_image_info_format` of a 64-bit
 /// process.

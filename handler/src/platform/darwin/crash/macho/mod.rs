@@ -514,7 +514,7 @@ pub fn parse_any(data: &[u8], cputype: u32, cpusubtype: Option<u32>) -> Result<M
 }
 
 /// Copies an image's `mach_header_64` and load commands from memory into `buf` through a fault-proof `read`
-/// callback (`read(address, destination) -> bool`, e.g. `mach_vm_read_overwrite` on Darwin), then parses them.
+/// callback (`read(address, destination) -> bool`, e.g. `vm_read_overwrite` on Darwin), then parses them.
 /// Two reads: the 32-byte header, then `sizeofcmds` bytes. Allocation-free and usable at crash time; `buf` is
 /// preallocated by the caller (a few KiB covers real images; [`Error::BufferTooSmall`] says how much is needed).
 pub fn read_header<'b, R>(read: &mut R, header_addr: u64, buf: &'b mut [u8]) -> Result<MachO<'b>, Error>
@@ -560,6 +560,10 @@ pub struct ImageSummary {
     pub crash_info: Option<(u64, u64)>,
     /// Deployment target.
     pub build: Option<BuildVersion>,
+    /// `__TEXT,__unwind_info` section (compact unwind): `(addr, size)`, link-time.
+    pub unwind_info: Option<(u64, u64)>,
+    /// `__TEXT,__eh_frame` section: `(addr, size)`, link-time.
+    pub eh_frame: Option<(u64, u64)>,
 }
 
 impl MachO<'_> {
@@ -577,6 +581,8 @@ impl MachO<'_> {
             text_section: self.section(SEG_TEXT, SECT_TEXT).map(|s| (s.addr, s.size)),
             crash_info: self.crash_info_section().map(|s| (s.addr, s.size)),
             build: self.build_version(),
+            unwind_info: self.section(SEG_TEXT, SECT_UNWIND_INFO).map(|s| (s.addr, s.size)),
+            eh_frame: self.section(SEG_TEXT, SECT_EH_FRAME).map(|s| (s.addr, s.size)),
         })
     }
 }

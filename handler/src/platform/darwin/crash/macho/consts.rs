@@ -173,3 +173,8 @@ pub const SECT_TEXT: &[u8] = b"__text";
 pub const SECT_CRASH_INFO: &[u8] = b"__crash_info";
 /// `"__DATA_DIRTY"`: segment some system libraries put `__crash_info` in.
 pub const SEG_DATA_DIRTY: &[u8] = b"__DATA_DIRTY";
+/// `"__unwind_info"`: Apple compact unwind tables in `__TEXT` (`mach-o/compact_unwind_encoding.h`).
+pub const SECT_UNWIND_INFO: &[u8] = b"__unwind_info";
+/// `"__eh_frame"`: DWARF call-frame information in `__TEXT` (the compact unwind's `UNWIND_*_MODE_DWARF` entries
+/// point into it).
+pub const SECT_EH_FRAME: &[u8] = b"__eh_frame";

@@ -19,7 +19,7 @@
 //! largest message (2 codes, full state) and size the receive buffer; [`parse_request`] computes the real offsets
 //! from the counts and checks `msgh_size` against them.
 
-use crate::macho::bytes::{i32_le, i64_le, slice, u32_le, u64_le};
+use crate::platform::darwin::crash::macho::bytes::{i32_le, i64_le, slice, u32_le, u64_le};
 
 use super::exc::{
     EXCEPTION_DEFAULT, EXCEPTION_IDENTITY_PROTECTED, EXCEPTION_STATE, EXCEPTION_STATE_IDENTITY,

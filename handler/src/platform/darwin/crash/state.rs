@@ -14,7 +14,7 @@
 
 use report_format::regs::{ARM64_NAMES, X86_64_NAMES};
 
-use super::pac::PacStrip;
+use crate::arch::pac::PacStrip;
 
 /// `ARM_THREAD_STATE64` flavor (arm/thread_status.h).
 pub const ARM_THREAD_STATE64: i32 = 6;
@@ -61,17 +61,27 @@ fn dword(w: &[u32], i: usize) -> Option<u64> {
 }
 
 // arm64 output positions (report_format::regs::ARM64_NAMES).
+const A_FP: usize = 29;
 const A_LR: usize = 30;
+const A_SP: usize = 31;
 const A_PC: usize = 32;
 const A_CPSR: usize = 33;
 const A_FAR: usize = 34;
 const A_ESR: usize = 35;
 
+/// Positions (in `ARM64_NAMES` order) of the registers arm64e signs in a thread state handed to user space: `fp`,
+/// `lr`, `sp`, `pc` (XNU `osfmk/arm64/status.c`, `machine_thread_state_convert_to_user`).
+pub const ARM64_SIGNED_REGS: [usize; 4] = [A_FP, A_LR, A_SP, A_PC];
+
 /// Fills `out` (arm64 order: x0..x28, fp, lr, sp, pc, cpsr, far, esr) from an `ARM_THREAD_STATE64` word array and,
 /// if given, an `ARM_EXCEPTION_STATE64` one. `far`/`esr` stay `None` without exception state.
 ///
-/// `pac`: on arm64e the kernel hands out `pc` and `lr` signed (unless `__flags` has `NO_PTRAUTH`); with
-/// `Some(strip)` those two are stripped of their PAC bits. `fp`, `sp` and `x0..x28` are stored raw.
+/// `pac`: on arm64e the kernel signs `pc`, `lr`, `sp` and `fp` when it hands out a thread state
+/// (`thread_get_state`, exception messages and the signal context all go through
+/// `machine_thread_state_convert_to_user`, XNU `osfmk/arm64/status.c`; the SDK headers hide the last two as
+/// `__opaque_fp`/`__opaque_sp`). With `Some(strip)` all four are stripped, always: the `NO_PTRAUTH` flag is not
+/// trusted (stripping an unsigned user address is a no-op, so nothing is lost when it is set). Leaving `fp` or `sp`
+/// signed ends every frame-pointer walk at frame 0 or 1. `x0..x28` are stored raw (data, not known pointers).
 pub fn arm64_from_words(
     thread: &[u32],
     exception: Option<&[u32]>,
@@ -93,13 +103,10 @@ pub fn arm64_from_words(
     if let Some(cpsr) = out.get_mut(A_CPSR) {
         *cpsr = word(thread, 66).map(u64::from);
     }
-    let flags = word(thread, 67).unwrap_or(0);
     if let Some(strip) = pac {
-        if flags & ARM_THREAD_STATE64_FLAGS_NO_PTRAUTH == 0 {
-            for i in [A_PC, A_LR] {
-                if let Some(Some(v)) = out.get_mut(i) {
-                    *v = strip.strip(*v);
-                }
+        for i in ARM64_SIGNED_REGS {
+            if let Some(Some(v)) = out.get_mut(i) {
+                *v = strip.strip(*v);
             }
         }
     }
@@ -224,17 +231,43 @@ mod tests {
         assert!(out.iter().all(Option::is_some));
     }
 
+    /// An arm64e state as `thread_get_state` returns it: fp, lr, sp and pc all signed.
+    fn arm_state_all_signed(flags: u32) -> Vec<u32> {
+        let mut w = arm_state(flags);
+        let mut set = |reg: usize, v: u64| {
+            w[reg * 2] = v as u32;
+            w[reg * 2 + 1] = (v >> 32) as u32;
+        };
+        set(A_FP, 0x3a7f_0001_6f62_90b0);
+        set(A_SP, 0x5511_0001_6f62_9030);
+        w
+    }
+
     #[test]
-    fn arm64_pac_stripping_respects_no_ptrauth_flag() {
+    fn arm64e_strips_fp_lr_sp_pc_always() {
         let strip = PacStrip::with_va_bits(36).unwrap(); // iOS: MACH_VM_MAX_ADDRESS 0xFC0000000
+        for flags in [0, ARM_THREAD_STATE64_FLAGS_NO_PTRAUTH] {
+            let mut out = [None; ARM64_REG_COUNT];
+            arm64_from_words(&arm_state_all_signed(flags), None, Some(strip), &mut out).unwrap();
+            assert_eq!(out[A_FP], Some(0x1_6f62_90b0), "fp stripped (flags {flags:#x})");
+            assert_eq!(out[A_LR], Some(0x1_ad98_ab74), "lr stripped (flags {flags:#x})");
+            assert_eq!(out[A_SP], Some(0x1_6f62_9030), "sp stripped (flags {flags:#x})");
+            assert_eq!(out[A_PC], Some(0x1_ad98_ab74), "pc stripped (flags {flags:#x})");
+            assert_eq!(out[0], Some(0x1111_0000_0000_0000), "x0 is data: stored raw");
+            assert_eq!((out[A_FAR], out[A_ESR]), (None, None));
+        }
+        // Unsigned values (arm64, or a NO_PTRAUTH state that tells the truth) come back unchanged.
         let mut out = [None; ARM64_REG_COUNT];
-        arm64_from_words(&arm_state(0), None, Some(strip), &mut out).unwrap();
-        assert_eq!(out[A_LR], Some(0x1_ad98_ab74));
+        let mut plain = arm_state(0);
+        for reg in ARM64_SIGNED_REGS {
+            plain[reg * 2 + 1] &= 0xf;
+        }
+        arm64_from_words(&plain, None, Some(strip), &mut out).unwrap();
+        assert_eq!(out[A_FP], Some(0x1_6f62_90b0));
         assert_eq!(out[A_PC], Some(0x1_ad98_ab74));
-        assert_eq!(out[index_of(ARM64, "fp").unwrap()], Some(0x1_6f62_90b0), "fp untouched");
-        assert_eq!((out[A_FAR], out[A_ESR]), (None, None));
-        arm64_from_words(&arm_state(ARM_THREAD_STATE64_FLAGS_NO_PTRAUTH), None, Some(strip), &mut out).unwrap();
-        assert_eq!(out[A_LR], Some(0x4c2d_8001_ad98_ab74), "NO_PTRAUTH: values are not signed, leave them");
+        // Without a stripper (x86_64 host decoding, or no PAC) everything stays raw.
+        arm64_from_words(&arm_state_all_signed(0), None, None, &mut out).unwrap();
+        assert_eq!(out[A_SP], Some(0x5511_0001_6f62_9030));
     }
 
     #[test]

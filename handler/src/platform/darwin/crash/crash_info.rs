@@ -18,7 +18,7 @@
 //!
 //! Pointers are runtime addresses in the crashed process: read them only through the fault-proof reader.
 
-use crate::macho::bytes::u64_le;
+use crate::platform::darwin::crash::macho::bytes::u64_le;
 
 /// Size in bytes of a version-4 record (7 fields).
 pub const CRASH_INFO_V4_SIZE: usize = 56;

@@ -1,0 +1,149 @@
+// The Swift API of the crash reporter: a thin layer over the C functions of crash_reporter.h (module
+// RustCrashReporterC). Not yet compiled or run: there is no Swift toolchain for Apple targets on the project's CI
+// machine; the macOS workflow builds it (swift build) once it runs on a Mac.
+
+import Foundation
+import RustCrashReporterC
+
+/// Why a crash reporter call failed: one case per `CrashReporterStatus` value other than `CRASH_REPORTER_STATUS_OK`
+/// (crash_reporter.h).
+public enum CrashReporterError: Error, Equatable, Sendable {
+    /// A required argument was empty or not UTF-8.
+    case invalidArgument
+    /// `CrashReporter.enable` already succeeded in this process.
+    case alreadyEnabled
+    /// `CrashReporter.enable` has not succeeded yet.
+    case notEnabled
+    /// The upload URL is not `https` (plain `http` is allowed to loopback only).
+    case insecureURL
+    /// The report directory could not be prepared.
+    case storageError
+    /// The crash handler could not be installed.
+    case installFailed
+    /// A key or value was refused (empty key, too long, or the table is full).
+    case valueRejected
+    /// No upload URL was configured.
+    case noUploadURL
+    /// `Info.plist` could not be read: pass `appInfo` explicitly.
+    case appInfoUnavailable
+    /// An unexpected internal failure.
+    case `internal`
+    /// A status this version of the Swift layer does not know.
+    case unknown(UInt32)
+
+    init?(_ status: CrashReporterStatus) {
+        switch status {
+        case CRASH_REPORTER_STATUS_OK: return nil
+        case CRASH_REPORTER_STATUS_INVALID_ARGUMENT: self = .invalidArgument
+        case CRASH_REPORTER_STATUS_ALREADY_ENABLED: self = .alreadyEnabled
+        case CRASH_REPORTER_STATUS_NOT_ENABLED: self = .notEnabled
+        case CRASH_REPORTER_STATUS_INSECURE_URL: self = .insecureURL
+        case CRASH_REPORTER_STATUS_STORAGE_ERROR: self = .storageError
+        case CRASH_REPORTER_STATUS_INSTALL_FAILED: self = .installFailed
+        case CRASH_REPORTER_STATUS_VALUE_REJECTED: self = .valueRejected
+        case CRASH_REPORTER_STATUS_NO_UPLOAD_URL: self = .noUploadURL
+        case CRASH_REPORTER_STATUS_APP_INFO_UNAVAILABLE: self = .appInfoUnavailable
+        case CRASH_REPORTER_STATUS_INTERNAL: self = .internal
+        default: self = .unknown(UInt32(status.rawValue))
+        }
+    }
+}
+
+/// The crash reporter. Enable it once, as early as possible in app launch (e.g. in
+/// `application(_:didFinishLaunchingWithOptions:)` or the `App` initializer):
+///
+/// ```swift
+/// try CrashReporter.enable(uploadURL: URL(string: "https://crashes.example.com/upload"))
+/// CrashReporter.setValue("beta", forKey: "channel")
+/// ```
+public enum CrashReporter {
+    /// App metadata stored in every report. `nil` fields are read from the main bundle's `Info.plist`
+    /// (`CFBundleIdentifier`, `CFBundleShortVersionString`, `CFBundleVersion`).
+    public struct AppInfo: Equatable, Sendable {
+        /// Bundle identifier.
+        public var bundleID: String?
+        /// Marketing version (`CFBundleShortVersionString`).
+        public var shortVersion: String?
+        /// Build number (`CFBundleVersion`).
+        public var buildVersion: String?
+
+        /// Creates app metadata; `nil` fields come from `Info.plist`.
+        public init(bundleID: String? = nil, shortVersion: String? = nil, buildVersion: String? = nil) {
+            self.bundleID = bundleID
+            self.shortVersion = shortVersion
+            self.buildVersion = buildVersion
+        }
+    }
+
+    /// The default report directory: `Library/Caches/CrashReports` in the app's container.
+    public static var defaultReportDirectory: URL {
+        let caches = FileManager.default.urls(for: .cachesDirectory, in: .userDomainMask).first
+            ?? URL(fileURLWithPath: NSTemporaryDirectory())
+        return caches.appendingPathComponent("CrashReports", isDirectory: true)
+    }
+
+    /// Installs the crash handler and starts uploading pending reports in the background.
+    ///
+    /// - Parameters:
+    ///   - reportDirectory: where reports are kept until uploaded (created when missing).
+    ///   - uploadURL: the collector; `nil` keeps reports on the device.
+    ///   - appInfo: app metadata; defaults come from `Info.plist`.
+    /// - Throws: `CrashReporterError` (`.alreadyEnabled` on a second call).
+    public static func enable(
+        reportDirectory: URL = defaultReportDirectory,
+        uploadURL: URL? = nil,
+        appInfo: AppInfo = AppInfo()
+    ) throws {
+        try FileManager.default.createDirectory(at: reportDirectory, withIntermediateDirectories: true)
+        let status = reportDirectory.path.withCString { dir in
+            withOptionalCString(uploadURL?.absoluteString) { url in
+                withOptionalCString(appInfo.bundleID) { id in
+                    withOptionalCString(appInfo.shortVersion) { short in
+                        withOptionalCString(appInfo.buildVersion) { build in
+                            crash_reporter_enable(dir, url, id, short, build)
+                        }
+                    }
+                }
+            }
+        }
+        try check(status)
+    }
+
+    /// Sets a value that lands in the next crash report (copied into preallocated storage; cheap enough to call on
+    /// every screen change).
+    /// - Throws: `CrashReporterError.valueRejected` for an empty key, a key or value that is too long, or a full table;
+    ///   `.notEnabled` before `enable`.
+    public static func setValue(_ value: String, forKey key: String) throws {
+        try check(key.withCString { k in value.withCString { v in crash_reporter_set_value(k, v) } })
+    }
+
+    /// Removes a value set with `setValue(_:forKey:)`; removing a key that is not set is not an error.
+    public static func removeValue(forKey key: String) throws {
+        try check(key.withCString { crash_reporter_remove_value($0) })
+    }
+
+    /// Uploads pending reports now and returns how many the collector accepted. Blocks: call it off the main thread
+    /// (e.g. from a `Task.detached` or a background `URLSession` callback).
+    public static func uploadPending() throws -> Int {
+        var delivered: UInt32 = 0
+        try check(crash_reporter_upload_pending(&delivered))
+        return Int(delivered)
+    }
+
+    /// Reports waiting for upload (0 before `enable` or when the store cannot be read).
+    public static var pendingCount: Int {
+        Int(crash_reporter_pending_count())
+    }
+
+    private static func check(_ status: CrashReporterStatus) throws {
+        if let error = CrashReporterError(status) {
+            throw error
+        }
+    }
+}
+
+/// Calls `body` with a C string for `value`, or NULL when `value` is nil.
+private func withOptionalCString<R>(_ value: String?, _ body: (UnsafePointer<CChar>?) -> R) -> R {
+    guard let value else { return body(nil) }
+    return value.withCString { body($0) }
+}
