@@ -477,6 +477,10 @@ pub fn write_report<S: Sink, M: MemoryReader>(
 
     bufs.rules.clear();
     let used = UsedImages::new(images, bufs.used_images);
+    // The throw-site stack (Apple's Last Exception Backtrace) is symbolicated like the threads: its images are used.
+    for a in exc.language.iter().flat_map(|l| l.backtrace) {
+        used.mark(*a);
+    }
     let mut enc = Encoder::begin(sink, bufs.scratch)?;
     enc.meta(&meta)?;
     enc.exception(&exc)?;

@@ -56,6 +56,7 @@
 crash_path_mod! { pub mod crash; }
 pub(crate) mod ffi;
 pub mod images;
+pub(crate) mod objc_exception;
 
 use self::crash::mach::{self, FLAVORS};
 use self::crash::server::{self, Role};
