@@ -509,6 +509,12 @@ mod tests {
         }
     }
 
+    fn msgs(s: &Snapshot) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = [Message::default(); MAX_MESSAGES];
+        let n = s.messages(&mut out);
+        out[..n].iter().map(|m| (m.source.to_vec(), m.text.to_vec())).collect()
+    }
+
     // One test for the shared statics, so parallel tests do not race on them.
     #[test]
     fn records_are_chosen_and_copied() {
@@ -517,8 +523,7 @@ mod tests {
         // Nothing recorded.
         s.take(7, true, &mut mem);
         assert!(s.language().is_none());
-        let mut out = [Message::default(); MAX_MESSAGES];
-        assert_eq!(s.messages(&mut out), 0);
+        assert!(msgs(&s).is_empty());
 
         // Panics: only the crashed thread's, only for an abort-like signal; the newest, with the one before.
         assert!(record_panic(&Fields { tid: 7, reason: &[b"first"], location: &[b"a.rs:1:2"], ..Fields::default() }));
@@ -537,9 +542,7 @@ mod tests {
         assert_eq!(lx.reason, b"panic in a function that cannot unwind");
         assert_eq!(lx.location, b"b.rs:3:4");
         assert_eq!(lx.thread_id, Some(7));
-        let n = s.messages(&mut out);
-        assert_eq!(n, 1);
-        assert_eq!((out[0].source, out[0].text), (&b"panic"[..], &b"first"[..]));
+        assert_eq!(msgs(&s), vec![(b"panic".to_vec(), b"first".to_vec())]);
         s.take(9, is_abort_like(libc::SIGABRT, 0), &mut mem);
         assert!(s.language().is_none(), "another thread's panic is not this crash's");
 
@@ -575,14 +578,17 @@ mod tests {
         mem.0.push((0x2000, msg));
         set_abort_msg_address(0x1000);
         s.take(7, true, &mut mem);
-        let n = s.messages(&mut out);
-        assert_eq!(n, 2);
-        assert_eq!((out[0].source, out[0].text), (&b"abort"[..], &b"prog: a.c:3: main: Assertion `x' failed."[..]));
-        assert_eq!((out[1].source, out[1].text), (&b"app"[..], &b"saving the document"[..]));
+        assert_eq!(
+            msgs(&s),
+            vec![
+                (b"abort".to_vec(), b"prog: a.c:3: main: Assertion `x' failed.".to_vec()),
+                (b"app".to_vec(), b"saving the document".to_vec())
+            ]
+        );
         // A null pointer, an unreadable one: nothing.
         mem.0[0].1 = 0u64.to_ne_bytes().to_vec();
         s.take(7, true, &mut mem);
-        assert_eq!(s.messages(&mut out), 1);
+        assert_eq!(msgs(&s).len(), 1);
         set_abort_msg_address(0);
         assert!(APP_REASON.set(b""));
     }
