@@ -96,7 +96,12 @@ fn install_panic_hook() {
 /// Copies the panic's message and location into the panic ring. Allocation-free and lock-free (the payload is
 /// what std hands the hook: a `&str` or the `String` it formatted).
 fn record_panic(info: &PanicHookInfo<'_>) {
-    let msg: &[u8] = info.payload_as_str().map_or(b"Box<dyn Any>", str::as_bytes);
+    let payload = info.payload();
+    let msg: &[u8] = match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+        (Some(s), _) => s.as_bytes(),
+        (None, Some(s)) => s.as_bytes(),
+        (None, None) => b"Box<dyn Any>",
+    };
     let (mut l, mut c) = ([0u8; 20], [0u8; 20]);
     let (file, line, col): (&[u8], &[u8], &[u8]) = match info.location() {
         Some(loc) => {

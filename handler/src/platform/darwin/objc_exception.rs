@@ -102,8 +102,8 @@ pub(crate) fn install() {
             return;
         }
     }
-    // SAFETY (every transmute below): each address is the named C function, whose prototype in the header cited
-    // in the module docs matches the Rust type it is given.
+    // SAFETY: every transmute below turns the address of the named C function into a pointer of the prototype its
+    // header (cited in the module docs) declares; the calls are those functions' documented uses.
     unsafe {
         let set: unsafe extern "C" fn(Option<Handler>) = std::mem::transmute(a[0]);
         let get: unsafe extern "C" fn() -> Option<Handler> = std::mem::transmute(a[1]);
