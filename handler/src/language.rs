@@ -167,11 +167,33 @@ unsafe extern "C" fn terminate_handler() {
     unsafe { libc::abort() };
 }
 
+/// `what()` of the current exception (empty when not a `std::exception` or not found).
+///
+/// # Safety
+/// As [`exception_what`].
+#[cfg(not(target_vendor = "apple"))]
+unsafe fn what_of<'a>(ti: usize) -> &'a [u8] {
+    // SAFETY: the caller's guarantee.
+    unsafe { exception_what(ti) }.unwrap_or(&[])
+}
+
+/// Apple: not read (libc++abi's own terminate handler puts `what()` in `__crash_info`, which the report carries).
+///
+/// # Safety
+/// None needed; `unsafe` for the same signature as on other targets.
+#[cfg(target_vendor = "apple")]
+unsafe fn what_of<'a>(_ti: usize) -> &'a [u8] {
+    &[]
+}
+
 /// `_Unwind_Exception::exception_class` of C++ exceptions: libstdc++ `GNUCC++\0`, libc++abi `CLNGC++\0`
 /// (dependent exceptions, rethrown `std::exception_ptr`, end in `\x01`).
+#[cfg(not(target_vendor = "apple"))]
 const GNU_CXX: u64 = u64::from_be_bytes(*b"GNUCC++\0");
+#[cfg(not(target_vendor = "apple"))]
 const CLANG_CXX: u64 = u64::from_be_bytes(*b"CLNGC++\0");
 /// `sizeof(_Unwind_Exception)` on 64-bit targets: class, cleanup, two private words, 16-aligned.
+#[cfg(not(target_vendor = "apple"))]
 const UNWIND_EXCEPTION_SIZE: usize = 32;
 
 /// Records the current exception's type and, for a `std::exception`, `what()`, into `reason::CXX`. Reads only
@@ -199,12 +221,8 @@ fn record_cxx_exception() {
     // SAFETY: `ti` is a live `std::type_info` (Itanium layout: vptr, then `const char* __name`), handed by the
     // runtime; type_info objects live as long as their image.
     let name = unsafe { type_name(ti) };
-    let mut what: &[u8] = &[];
-    #[cfg(not(target_vendor = "apple"))]
-    // SAFETY: see `exception_what`: the current exception's header and type_info are the runtime's live objects.
-    if let Some(w) = unsafe { exception_what(ti) } {
-        what = w;
-    }
+    // SAFETY: `ti` is the current exception's live type_info (above).
+    let what = unsafe { what_of(ti) };
     reason::CXX.write(&Fields { tid, type_name: &[name], reason: &[what], ..Fields::default() });
 }
 
