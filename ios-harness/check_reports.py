@@ -63,6 +63,8 @@ class Expect:
     note_message: str | None = None  # looked for in MESSAGES, a note when missing
     address: int | None = None  # required fault address
     other_thread_function: str | None = None  # required on some thread other than the crashed one
+    lx: tuple[str, str | None, str | None] | None = None  # required EXCEPTION lx (kind, type, reason or None)
+    lx_backtrace_function: str | None = None  # required in the symbolicated Last Exception Backtrace
     frame0: bool = False  # the fault is in the function itself: it must be frame 0 (the crashed thread's pc)
 
 
@@ -79,11 +81,16 @@ EXPECTATIONS: dict[str, Expect] = {
         message="Index out of range"),
     "nsException": Expect(
         "abort", "plain-thread", "harness_trigger_nsexception", "ExceptionTriggers.mm",
-        note_message="harness: uncaught NSException"),
+        lx=("objc", "HarnessException", "harness: uncaught NSException"),
+        lx_backtrace_function="harness_trigger_nsexception"),
     "cppException": Expect(
         "abort", "plain-thread", "harness_trigger_cpp_exception", "ExceptionTriggers.mm",
-        note_message="harness: uncaught C++ exception"),
+        note_message="harness: uncaught C++ exception",
+        # libc++abi's own abort message carries what(); the handler records the type (handler/README.md).
+        lx=("c++", "St13runtime_error", None)),
     "abortCall": Expect("abort", "main", "harness_trigger_abort", "NativeTriggers.c", note_message="abort() called"),
+    "abortWithReason": Expect(
+        "abort", "main", "harness_trigger_abort", "NativeTriggers.c", message="harness: saving the draft"),
     "badPointer": Expect(
         "bad-access", "main", "harness_trigger_bad_pointer", "NativeTriggers.c", address=BAD_ADDRESS, frame0=True),
     "stackOverflow": Expect("bad-access", "main", "harness_stack_overflow_recurse", "NativeTriggers.c", frame0=True),
@@ -220,6 +227,17 @@ def check_report(res: Result, exp: Expect, doc: dict, rc: int, stderr: str, bund
         res.check(any(exp.message in t for t in texts), "message", f"{exp.message!r} not in MESSAGES {texts}")
     if exp.note_message and not any(exp.note_message in t for t in texts):
         res.notes.append(f"{exp.note_message!r} not in MESSAGES {texts}")
+
+    # The uncaught language exception (EXCEPTION lx) and its throw-site stack (Last Exception Backtrace).
+    if exp.lx:
+        lx = (report.get("exception") or {}).get("language") or {}
+        got = (lx.get("kind"), lx.get("type_name"), lx.get("reason") if exp.lx[2] is not None else None)
+        res.check(got == exp.lx, "language exception", f"{got}, want {exp.lx}")
+    if exp.lx_backtrace_function:
+        bt = log.get("last_exception_backtrace") or []
+        names = [((f.get("symbol") or {}).get("name") or "") for f in bt]
+        res.check(any(exp.lx_backtrace_function in n for n in names), "last exception backtrace",
+                  f"{exp.lx_backtrace_function} not in {names}")
 
 
 def main() -> int:

@@ -64,7 +64,7 @@ if [ -n "$device" ]; then
 fi
 [ -n "$collector_url" ] || collector_url="http://127.0.0.1:$port/"
 
-triggers=(swiftFatalError forceUnwrapNil arrayIndexOutOfRange nsException cppException abortCall badPointer
+triggers=(swiftFatalError forceUnwrapNil arrayIndexOutOfRange nsException cppException abortCall abortWithReason badPointer
           stackOverflow backgroundQueue mallocLock)
 only_testing=()
 if [ -n "$only" ]; then

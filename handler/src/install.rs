@@ -16,6 +16,11 @@ use crate::error::InstallError;
 /// `SA_SIGINFO | SA_ONSTACK` (plus `SA_NODEFER`, so a fault inside the handler is caught), and for the reserved stop
 /// signal. Never panics.
 ///
+/// Once per process it also installs the handlers that record why the process is about to die (see
+/// `handler/README.md`, "Why it crashed"): a panic hook and, when the process has a C++ runtime, a
+/// `std::set_terminate` handler, each chained in front of the previous one (a hook set later replaces ours unless
+/// it chains), and on Apple platforms an `NSSetUncaughtExceptionHandler` handler. They stay after [`uninstall`].
+///
 /// A second call while installed returns [`InstallError::AlreadyInstalled`] and changes nothing.
 ///
 /// # Errors
@@ -28,6 +33,7 @@ use crate::error::InstallError;
 /// `dl_iterate_phdr`, so `refresh_images` is not needed there.
 pub fn install(config: &Config) -> Result<(), InstallError> {
     crate::prealloc::warm_up();
+    crate::language::install();
     #[cfg(target_os = "linux")]
     {
         crate::platform::linux::install(config).inspect(|()| crate::prealloc::reserve_spare_fds())

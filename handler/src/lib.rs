@@ -41,6 +41,7 @@ pub mod config;
 crash_path_mod! { pub mod crash; }
 pub mod error;
 pub mod install;
+mod language;
 pub mod platform;
 mod prealloc;
 crash_path_mod! { pub mod unwind; }
@@ -50,6 +51,7 @@ pub use config::Config;
 pub use crash::first_chance::{set_first_chance_handler, FirstChanceHandler};
 pub use error::InstallError;
 pub use install::{install, is_installed, refresh_images, uninstall};
+pub use language::set_crash_reason;
 
 /// Hooks for the crash-test client (allocation counting, a deliberate fault inside the handler). Not for
 /// production use.

@@ -53,6 +53,9 @@ func harnessFire(_ trigger: HarnessTrigger) {
         harness_run_on_plain_thread { harness_trigger_cpp_exception() }
     case .abortCall:
         harness_trigger_abort()
+    case .abortWithReason:
+        _ = crash_reporter_set_crash_reason("harness: saving the draft")
+        harness_trigger_abort()
     case .badPointer:
         harness_trigger_bad_pointer()
     case .stackOverflow:

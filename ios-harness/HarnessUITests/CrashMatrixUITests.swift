@@ -36,6 +36,7 @@ final class CrashMatrixUITests: XCTestCase {
     func testNSException() throws { try crashAndCollect(.nsException) }
     func testCppException() throws { try crashAndCollect(.cppException) }
     func testAbort() throws { try crashAndCollect(.abortCall) }
+    func testAbortWithReason() throws { try crashAndCollect(.abortWithReason) }
     func testBadPointer() throws { try crashAndCollect(.badPointer) }
     func testStackOverflow() throws { try crashAndCollect(.stackOverflow) }
     func testBackgroundQueue() throws { try crashAndCollect(.backgroundQueue) }

@@ -17,6 +17,8 @@ enum HarnessTrigger: String, CaseIterable {
     case cppException
     /// `abort()` on the main thread.
     case abortCall
+    /// `crash_reporter_set_crash_reason("harness: saving the draft")`, then `abort()` on the main thread.
+    case abortWithReason
     /// A write to address 0xbad on the main thread.
     case badPointer
     /// Unbounded recursion on the main thread until the stack guard page.

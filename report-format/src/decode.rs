@@ -14,7 +14,8 @@ use crate::framing::{
     self, SectionKind, FILE_HEADER_LEN, FORMAT_MAJOR, MAX_SECTION_LEN, SECTION_HEADER_LEN, SECTION_SYNC,
 };
 use crate::model::{
-    Exception, FrameTrust, Image, ImageId, Message, Meta, Os, Process, Register, Repeat, Report, ReportId, Thread,
+    Exception, FrameTrust, Image, ImageId, LanguageException, Message, Meta, Os, Process, Register, Repeat, Report,
+    ReportId, Thread,
 };
 use crate::regs;
 use serde::Deserialize;
@@ -805,6 +806,7 @@ struct WException {
     code: Option<i32>,
     addr: Option<u64>,
     ct: Option<u32>,
+    lx: Option<WLanguageException>,
 }
 
 impl WException {
@@ -816,8 +818,29 @@ impl WException {
             si_code: self.code,
             fault_address: self.addr,
             crashed_thread: self.ct,
+            language: self.lx.map(|l| LanguageException {
+                kind: l.k,
+                type_name: l.t,
+                reason: l.r,
+                location: l.loc,
+                user_info: l.ui,
+                thread_id: l.tid,
+                backtrace: l.bt,
+            }),
         }
     }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WLanguageException {
+    k: String,
+    t: Option<String>,
+    r: Option<String>,
+    loc: Option<String>,
+    ui: Option<String>,
+    tid: Option<u64>,
+    bt: Vec<u64>,
 }
 
 #[derive(Deserialize)]
@@ -1015,11 +1038,12 @@ mod tests {
 
     #[test]
     fn wire_structs_read_exactly_the_keys() {
-        let wire: [(&str, &[&str]); 12] = [
+        let wire: [(&str, &[&str]); 13] = [
             ("META", wire_keys::<WMeta>()),
             ("OS map", wire_keys::<WOs>()),
             ("Process map", wire_keys::<WProcess>()),
             ("EXCEPTION", wire_keys::<WException>()),
+            ("Language exception map", wire_keys::<WLanguageException>()),
             ("THREAD", wire_keys::<WThread>()),
             ("IMAGES", wire_keys::<WImages>()),
             ("Image map", wire_keys::<WImage>()),

@@ -22,7 +22,10 @@ pub const FILE_SUFFIX: &str = ".crashreport";
 /// a 1.x reader must refuse it, which it does by this rule. This reader still reads every 1.x file.
 pub const FORMAT_MAJOR: u16 = 2;
 /// Minor format version this crate writes. A reader accepts any minor version of its major version.
-pub const FORMAT_MINOR: u16 = 0;
+///
+/// 2.1 added EXCEPTION's `lx` map (the uncaught language exception or panic) and the `abort` and `app` message
+/// sources (SCHEMA.md §4.2.1, §4.5); a 2.0 reader ignores them.
+pub const FORMAT_MINOR: u16 = 1;
 
 /// Size in bytes of the file header: magic (8), major (2), minor (2), CRC-32 of the first 12 bytes (4).
 pub const FILE_HEADER_LEN: usize = 16;

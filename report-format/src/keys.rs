@@ -150,6 +150,28 @@ key_maps! {
         FAULT_ADDRESS = "addr";
         /// `uint`: index of the crashed thread in the thread list.
         CRASHED_THREAD = "ct";
+        /// `map`, format 2.1: the uncaught language exception or panic that ended the process (keys in
+        /// [`super::language_exception`]).
+        LANGUAGE_EXCEPTION = "lx";
+    }
+
+    /// Keys of EXCEPTION's `lx` map (SCHEMA.md §4.2.1; format 2.1); every key but `k` optional.
+    language_exception "Language exception map" {
+        /// `str`: what raised it: `objc` (an `NSException`), `c++` (a C++ exception), `rust` (a panic).
+        KIND = "k";
+        /// `str`: the exception's type: the `NSException` name, the C++ type as `std::type_info::name` gives it
+        /// (mangled).
+        TYPE = "t";
+        /// `str`: the reason: `NSException.reason`, `std::exception::what()`, the panic message.
+        REASON = "r";
+        /// `str`: source location `file:line:column` (Rust panics).
+        LOCATION = "loc";
+        /// `str`: a bounded part of the `NSException`'s `userInfo`, one `key: value` line each.
+        USER_INFO = "ui";
+        /// `uint`: kernel thread id of the thread that threw or panicked.
+        THREAD_ID = "tid";
+        /// `array` of `uint`: the stack where it was thrown (return addresses, innermost first).
+        BACKTRACE = "bt";
     }
 
     /// Keys of a THREAD section's map (SCHEMA.md §4.3).
@@ -264,7 +286,7 @@ mod tests {
 
     #[test]
     fn keys_are_unique_within_each_map_and_short() {
-        assert_eq!(MAPS.len(), 12);
+        assert_eq!(MAPS.len(), 13);
         for m in MAPS {
             assert!(!m.keys.is_empty(), "{}", m.name);
             for (i, k) in m.keys.iter().enumerate() {

@@ -151,6 +151,27 @@ pub struct Exception {
     pub fault_address: Option<u64>,
     /// Index of the crashed thread in the thread list.
     pub crashed_thread: Option<u32>,
+    /// The uncaught language exception or panic that ended the process (format 2.1; `None` in older files).
+    pub language: Option<LanguageException>,
+}
+
+/// The uncaught language exception or panic that ended the process (EXCEPTION `lx`, SCHEMA.md §4.2.1).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LanguageException {
+    /// What raised it: `objc`, `c++`, `rust` (other values are kept as written).
+    pub kind: String,
+    /// Type: the `NSException` name, or the C++ type as `std::type_info::name` gives it (mangled).
+    pub type_name: Option<String>,
+    /// Reason: `NSException.reason`, `std::exception::what()`, the panic message.
+    pub reason: Option<String>,
+    /// Source location `file:line:column` (Rust panics).
+    pub location: Option<String>,
+    /// A bounded part of the `NSException`'s `userInfo`, one `key: value` line each.
+    pub user_info: Option<String>,
+    /// Kernel thread id of the thread that threw or panicked.
+    pub thread_id: Option<u64>,
+    /// The stack where it was thrown: raw return addresses, innermost first (empty when not recorded).
+    pub backtrace: Vec<u64>,
 }
 
 /// One register value with its name.

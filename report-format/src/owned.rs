@@ -54,6 +54,15 @@ pub fn to_bytes(report: &Report) -> Result<Vec<u8>, EncodeError> {
             si_code: e.si_code,
             fault_address: e.fault_address,
             crashed_thread: e.crashed_thread,
+            language: e.language.as_ref().map(|l| encode::LanguageException {
+                kind: l.kind.as_bytes(),
+                type_name: b(&l.type_name),
+                reason: b(&l.reason),
+                location: b(&l.location),
+                user_info: b(&l.user_info),
+                thread_id: l.thread_id,
+                backtrace: &l.backtrace,
+            }),
         })?;
     }
     let msgs: Vec<encode::Message<'_>> =

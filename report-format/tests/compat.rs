@@ -171,3 +171,19 @@ fn v1_1_images() {
     assert_eq!(r.image_for(0x7f3a_1002_9d90).map(|i| i.index), Some(1));
     assert_eq!(r.image_for(0x5555_5555_6123).map(|i| i.index), Some(0));
 }
+
+// ---- format 2.0 (`data/report-v2.0.crashreport`: the 2.0 encoder's every-field case, see `data/README.md`) ----
+
+#[test]
+fn v2_0_fixture_reads_without_the_2_1_fields() {
+    let d = report_format::decode(include_bytes!("data/report-v2.0.crashreport")).expect("a 2.0 file decodes");
+    // The case's frames name an image index it leaves out on purpose: those are its only problems.
+    assert!(d.problems.iter().all(|p| format!("{p:?}").contains("FrameImageMissing")), "{:?}", d.problems);
+    let r = d.report;
+    assert_eq!(r.format_version, (2, 0));
+    let e = r.exception.expect("exception");
+    assert_eq!((e.signal, e.si_code, e.crashed_thread), (Some(11), Some(-6), Some(0)));
+    assert_eq!(e.language, None, "2.0 has no lx");
+    assert_eq!(r.messages[0].text, "Fatal error: Unexpectedly found nil");
+    assert!(!r.threads.is_empty() && !r.images.is_empty());
+}

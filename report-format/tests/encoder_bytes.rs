@@ -11,8 +11,8 @@
 //! failure message.
 
 use report_format::encode::{
-    EncodeError, Encoder, Exception, Image, KeyValue, Message, Meta, Os, Process, Repeat, SinkError, SliceSink, Thread,
-    ID_KIND_BUILD_ID, ID_KIND_UUID,
+    EncodeError, Encoder, Exception, Image, KeyValue, LanguageException, Message, Meta, Os, Process, Repeat, SinkError,
+    SliceSink, Thread, ID_KIND_BUILD_ID, ID_KIND_UUID,
 };
 use report_format::framing::SectionKind;
 use std::path::PathBuf;
@@ -78,6 +78,15 @@ fn every_field() -> Vec<u8> {
         si_code: Some(-6),
         fault_address: Some(0x1_ad98_ab74),
         crashed_thread: Some(0),
+        language: Some(LanguageException {
+            kind: b"rust",
+            type_name: b"",
+            reason: b"index out of bounds: the len is 3 but the index is 7",
+            location: b"src/main.rs:12:5",
+            user_info: b"",
+            thread_id: Some(42),
+            backtrace: &[0x1_0000_4f50, u64::MAX],
+        }),
     })
     .expect("exception");
     enc.messages(&[
@@ -578,6 +587,7 @@ fn random_sweep() -> (usize, Vec<u8>) {
             si_code: rng.opt_i64().map(|v| v as i32),
             fault_address: o.nums[1],
             crashed_thread: rng.opt_u32(),
+            language: None,
         };
         let messages: Vec<Message<'_>> =
             (0..rng.below(4) as usize).map(|k| Message { source: t(13 + k), text: t(17 + k) }).collect();

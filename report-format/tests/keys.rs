@@ -6,7 +6,8 @@ use report_format::encode::{self, Encoder, KeyValue, Repeat as EncRepeat, ID_KIN
 use report_format::framing::{SectionKind, SECTION_HEADER_LEN};
 use report_format::keys::{self, section, KeyMap};
 use report_format::model::{
-    Exception, FrameTrust, Image, ImageId, Message, Meta, Os, Process, Register, Repeat, Report, ReportId, Thread,
+    Exception, FrameTrust, Image, ImageId, LanguageException, Message, Meta, Os, Process, Register, Repeat, Report,
+    ReportId, Thread,
 };
 use report_format::regs;
 use serde::de::{self as de, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -54,6 +55,15 @@ fn encode_every_field() -> Vec<u8> {
         si_code: Some(-6),
         fault_address: Some(0x10),
         crashed_thread: Some(0),
+        language: Some(encode::LanguageException {
+            kind: b"objc",
+            type_name: b"NSInvalidArgumentException",
+            reason: b"*** -[__NSArrayM insertObject:atIndex:]: object cannot be nil",
+            location: b"src/main.rs:3:5",
+            user_info: b"NSDebugDescription: nil",
+            thread_id: Some(0x2a41),
+            backtrace: &[0x1_0000_4f50, 0x1_8e0b_2a40],
+        }),
     })
     .expect("exception");
     enc.messages(&[encode::Message { source: b"libswiftCore.dylib", text: b"Fatal error: Unexpectedly found nil" }])
@@ -141,7 +151,7 @@ impl encode::ImageLookup for TwoImages {
 fn every_field_expected() -> Report {
     let names = regs::ARM64_NAMES;
     Report {
-        format_version: (2, 0),
+        format_version: (2, 1),
         meta: Some(Meta {
             report_id: ReportId(*b"\x6b\x5f\x0f\x36\x1a\x2d\x4c\x3e\x9b\x7a\x21\x04\xc8\xd1\x55\x90"),
             capture_time_ns: Some(1_763_700_000_123_456_789),
@@ -172,6 +182,15 @@ fn every_field_expected() -> Report {
             si_code: Some(-6),
             fault_address: Some(0x10),
             crashed_thread: Some(0),
+            language: Some(LanguageException {
+                kind: "objc".into(),
+                type_name: Some("NSInvalidArgumentException".into()),
+                reason: Some("*** -[__NSArrayM insertObject:atIndex:]: object cannot be nil".into()),
+                location: Some("src/main.rs:3:5".into()),
+                user_info: Some("NSDebugDescription: nil".into()),
+                thread_id: Some(0x2a41),
+                backtrace: vec![0x1_0000_4f50, 0x1_8e0b_2a40],
+            }),
         }),
         threads: vec![
             Thread {
@@ -367,6 +386,7 @@ fn the_encoder_writes_exactly_the_keys_in_order() {
         ("OS map", meta.get(keys::meta::OS).keys()),
         ("Process map", meta.get(keys::meta::PROCESS).keys()),
         ("EXCEPTION", exception.keys()),
+        ("Language exception map", exception.get(keys::exception::LANGUAGE_EXCEPTION).keys()),
         ("THREAD", thread.keys()),
         ("IMAGES", images.keys()),
         ("Image map", images.get(keys::images::LIST).first().keys()),

@@ -6,8 +6,8 @@
 #![allow(unsafe_code)] // a global allocator is unsafe to implement
 
 use report_format::encode::{
-    Encoder, Exception, Image, ImageLookup, IndexedImage, KeyValue, Message, Meta, Os, Process, SliceSink, Thread,
-    ID_KIND_BUILD_ID, ID_KIND_UUID,
+    Encoder, Exception, Image, ImageLookup, IndexedImage, KeyValue, LanguageException, Message, Meta, Os, Process,
+    SliceSink, Thread, ID_KIND_BUILD_ID, ID_KIND_UUID,
 };
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -97,6 +97,7 @@ fn encoding_a_large_report_allocates_nothing() {
     let used: Vec<IndexedImage<'_>> = (0..64).map(|i| IndexedImage { index: i as u32, image: images[i] }).collect();
     let lookup = Lookup(&images);
     let codes = [1i64, 0x1234];
+    let codes_bt = [0x1000u64, 0x2000];
     let mut out = vec![0u8; 4 << 20];
     let mut scratch = vec![0u8; 64 << 10];
 
@@ -124,6 +125,13 @@ fn encoding_a_large_report_allocates_nothing() {
             si_code: Some(1),
             fault_address: Some(0),
             crashed_thread: Some(0),
+            language: Some(LanguageException {
+                kind: b"c++",
+                type_name: b"St13runtime_error",
+                reason: b"boom",
+                backtrace: &codes_bt,
+                ..LanguageException::default()
+            }),
         })
         .expect("exception");
         enc.messages(&[Message { source: b"libswiftCore.dylib", text: b"Fatal error" }]).expect("messages");

@@ -57,6 +57,16 @@ enum CrashReporterStatus crash_reporter_enable(const char *report_dir,
 // `key` and `value` point to NUL-terminated strings valid for reads during the call.
 enum CrashReporterStatus crash_reporter_set_value(const char *key, const char *value);
 
+// Sets the short reason the next crash report shows under Application Specific Information (what the app was
+// doing, in its own words), replacing the previous one; an empty string clears it. At most 512 bytes are kept
+// (longer text is cut). Copies into fixed storage: allocation-free and lock-free, callable from any thread at any
+// time, before or after `crash_reporter_enable`. Returns `CRASH_REPORTER_STATUS_VALUE_REJECTED` when another
+// thread was setting it at that very moment (its text is kept).
+//
+// # Safety
+// `reason` points to a NUL-terminated UTF-8 string valid for reads during the call.
+enum CrashReporterStatus crash_reporter_set_crash_reason(const char *reason);
+
 // Removes a key/value set earlier (not an error when it is not set).
 //
 // # Safety

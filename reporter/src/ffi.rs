@@ -144,6 +144,27 @@ pub unsafe extern "C" fn crash_reporter_set_value(key: *const c_char, value: *co
     })
 }
 
+/// Sets the short reason the next crash report shows under Application Specific Information (what the app was
+/// doing, in its own words), replacing the previous one; an empty string clears it. At most 512 bytes are kept
+/// (longer text is cut). Copies into fixed storage: allocation-free and lock-free, callable from any thread at any
+/// time, before or after `crash_reporter_enable`. Returns `CRASH_REPORTER_STATUS_VALUE_REJECTED` when another
+/// thread was setting it at that very moment (its text is kept).
+///
+/// # Safety
+/// `reason` points to a NUL-terminated UTF-8 string valid for reads during the call.
+#[no_mangle]
+pub unsafe extern "C" fn crash_reporter_set_crash_reason(reason: *const c_char) -> CrashReporterStatus {
+    guard(|| {
+        // SAFETY: the caller passes a valid string (or NULL, refused below).
+        let Ok(Some(text)) = (unsafe { opt_str(reason) }) else { return CrashReporterStatus::InvalidArgument };
+        if handler::set_crash_reason(text) {
+            CrashReporterStatus::Ok
+        } else {
+            CrashReporterStatus::ValueRejected
+        }
+    })
+}
+
 /// Removes a key/value set earlier (not an error when it is not set).
 ///
 /// # Safety

@@ -24,6 +24,7 @@ pub mod store;
 pub mod upload;
 
 pub use app::AppInfo;
+pub use handler::set_crash_reason;
 pub use store::{PendingReport, Store};
 pub use upload::{Summary, UploadPolicy};
 

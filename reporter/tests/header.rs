@@ -27,6 +27,7 @@ fn c_header_is_up_to_date() {
     for f in [
         "crash_reporter_enable",
         "crash_reporter_set_value",
+        "crash_reporter_set_crash_reason",
         "crash_reporter_remove_value",
         "crash_reporter_upload_pending",
         "crash_reporter_pending_count",

@@ -395,9 +395,28 @@ crash_test!(
     }
 );
 
-crash_test!(
-    rust_panic_with_abort,
-    Expect {
+// ---------------------------------------------------------------------------------------------------------------
+// Why it crashed (issue 16): the panic, the uncaught C++ exception, the C library's abort message and the app's
+// reason are in the decoded report and in the viewer's text; recording them allocated nothing after the fault
+// (`check` asserts zero allocations for each of these runs).
+
+/// The viewer's Apple-layout text of the run's one report (unsymbolicated).
+fn viewer_text(run: &Run) -> String {
+    let bytes = std::fs::read(&run.reports[0]).expect("read report");
+    viewer::render_bytes(&bytes).expect("the viewer renders the report")
+}
+
+/// [`check`], plus the viewer's text of the report (read before the run directory goes away).
+fn check_with_text(e: &Expect) -> (Run, Report, String) {
+    let base = tempfile::tempdir().expect("tempdir");
+    let (run, r, _, _) = check_in(e, base.path());
+    let text = viewer_text(&run);
+    (run, r, text)
+}
+
+#[test]
+fn rust_panic_with_abort() {
+    let (run, r, text) = check_with_text(&Expect {
         trigger: "panic",
         exit_signal: &[SIGABRT],
         signal: SIGABRT,
@@ -405,8 +424,140 @@ crash_test!(
         addr: Addr::None,
         frames: with_main(&["trigger_panic"]),
         ..NULL_READ
-    }
-);
+    });
+    let at = run.out_value("PANIC_AT").expect("the client printed the panic's location");
+    let lx = r.exception.as_ref().and_then(|e| e.language.as_ref()).expect("EXCEPTION lx");
+    assert_eq!(lx.kind, "rust");
+    assert_eq!(lx.reason.as_deref(), Some("deliberate panic from the crash client"));
+    assert_eq!(lx.location.as_deref(), Some(at));
+    assert_eq!(lx.thread_id, r.crashed_thread().and_then(|t| t.id), "the panicking thread is the crashed one");
+    assert_eq!(lx.type_name, None);
+    let want = format!(
+        "Triggered by Thread:  {}\n\nApplication Specific Information:\npanicked at {at}:\n\
+         deliberate panic from the crash client\n\n\n",
+        r.crashed_thread().expect("crashed").index
+    );
+    assert!(text.contains(&want), "viewer text lacks\n{want}\nin\n{text}");
+}
+
+#[test]
+fn failed_c_assert_keeps_the_c_library_message() {
+    let (_, r, text) = check_with_text(&Expect {
+        trigger: "c_assert",
+        exit_signal: &[SIGABRT],
+        signal: SIGABRT,
+        si_code: Some(SI_TKILL),
+        addr: Addr::None,
+        frames: with_main(&["trigger_c_assert"]),
+        ..NULL_READ
+    });
+    // glibc's text (assert/assert.c): "<program>: <file>:<line>: <function>: Assertion `<expr>' failed."
+    let want = "crash-client: widgets.c:42: widget_open: Assertion `widget != NULL' failed.";
+    let m = r.messages.iter().find(|m| m.source.as_deref() == Some("abort")).expect("abort message");
+    assert_eq!(m.text, want);
+    assert!(r.exception.as_ref().is_some_and(|e| e.language.is_none()), "no language exception");
+    assert!(text.contains(&format!("Application Specific Information:\n{want}\n")), "{text}");
+}
+
+#[test]
+fn abort_with_the_apps_reason_and_user_values() {
+    let (_, r, text) = check_with_text(&Expect {
+        trigger: "app_reason",
+        exit_signal: &[SIGABRT],
+        signal: SIGABRT,
+        si_code: Some(SI_TKILL),
+        addr: Addr::None,
+        frames: with_main(&["call_abort", "trigger_app_reason"]),
+        ..NULL_READ
+    });
+    let m = r.messages.iter().find(|m| m.source.as_deref() == Some("app")).expect("app reason");
+    assert_eq!(m.text, "saving document 42 to disk");
+    assert!(r.messages.iter().all(|m| m.source.as_deref() != Some("abort")), "plain abort() leaves no C message");
+    assert_eq!(r.user.get("screen").map(String::as_str), Some("editor"));
+    let want = "Application Specific Information:\nsaving document 42 to disk\n\n\nUser Values:\nscreen: editor\n\n\n";
+    assert!(text.contains(want), "viewer text lacks\n{want}\nin\n{text}");
+}
+
+/// The C++ compiler for the test's C++ library: `CRASH_TESTS_CXX`, else the arm64 cross compiler under qemu-user,
+/// else `c++`.
+fn cxx_compiler() -> String {
+    std::env::var("CRASH_TESTS_CXX").unwrap_or_else(|_| {
+        if cfg!(target_arch = "aarch64") && crash_tests::runner().is_some() {
+            "aarch64-linux-gnu-g++".into()
+        } else {
+            "c++".into()
+        }
+    })
+}
+
+/// Builds tests/c/cxx_throw.cpp into `<run dir>/libcxxthrow.so`; returns its path.
+fn build_cxx_library(run_dir: &Path) -> std::path::PathBuf {
+    std::fs::create_dir_all(run_dir).expect("run dir");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/cxx_throw.cpp");
+    let lib = run_dir.join("libcxxthrow.so");
+    let cxx = cxx_compiler();
+    let out = std::process::Command::new(&cxx)
+        .args(["-shared", "-fPIC", "-g", "-O1", "-pthread", "-Wl,--build-id=sha1", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("run {cxx}: {e}"));
+    assert!(out.status.success(), "{cxx} failed: {}", String::from_utf8_lossy(&out.stderr));
+    lib
+}
+
+/// An uncaught C++ exception thrown on a thread of a C++ library: the terminate handler recorded its type and,
+/// for a `std::exception`, `what()`; the crashed thread is the thrower, its stack still holds the throw site.
+fn cxx_case(trigger: &'static str, throw_fn: &str) -> (Report, String) {
+    let base = tempfile::tempdir().expect("tempdir");
+    let lib = build_cxx_library(&base.path().join(trigger));
+    let (run, r, _, _) = check_in(
+        &Expect {
+            trigger,
+            exit_signal: &[SIGABRT],
+            signal: SIGABRT,
+            si_code: Some(SI_TKILL),
+            addr: Addr::None,
+            ..NULL_READ
+        },
+        base.path(),
+    );
+    let lib = std::fs::canonicalize(&lib).expect("library path");
+    let img = r
+        .images
+        .iter()
+        .find(|i| i.path.as_deref().map(Path::new) == Some(lib.as_path()))
+        .unwrap_or_else(|| panic!("{} missing from the image list", lib.display()));
+    let names = symbolicate(&Symbolizer::new(&lib), img, r.crashed_thread().expect("crashed thread"));
+    assert!(find_in_order(&names, &[throw_fn, "thrower"]).is_ok(), "throw site not on the crashed stack: {names:#?}");
+    let text = viewer_text(&run);
+    (r, text)
+}
+
+#[test]
+fn uncaught_cxx_runtime_error() {
+    let (r, text) = cxx_case("cxx_runtime_error", "cxx_throw_runtime_error");
+    let lx = r.exception.as_ref().and_then(|e| e.language.as_ref()).expect("EXCEPTION lx");
+    assert_eq!(lx.kind, "c++");
+    assert_eq!(lx.type_name.as_deref(), Some("St13runtime_error"));
+    assert_eq!(lx.reason.as_deref(), Some("the widget registry is empty"));
+    assert_eq!(lx.thread_id, r.crashed_thread().and_then(|t| t.id));
+    let want = "Application Specific Information:\n\
+                terminating due to uncaught exception of type std::runtime_error: the widget registry is empty\n";
+    assert!(text.contains(want), "viewer text lacks\n{want}\nin\n{text}");
+}
+
+#[test]
+fn uncaught_cxx_exception_of_a_non_std_type() {
+    let (r, text) = cxx_case("cxx_non_std", "cxx_throw_non_std");
+    let lx = r.exception.as_ref().and_then(|e| e.language.as_ref()).expect("EXCEPTION lx");
+    assert_eq!(lx.kind, "c++");
+    assert_eq!(lx.type_name.as_deref(), Some("N9crashtest14NotAnExceptionE"));
+    assert_eq!(lx.reason, None, "no what() for a type not derived from std::exception");
+    let want =
+        "Application Specific Information:\nterminating due to uncaught exception of type crashtest::NotAnException\n";
+    assert!(text.contains(want), "viewer text lacks\n{want}\nin\n{text}");
+}
 
 // The previous SIGSEGV handler is Rust std's stack-overflow reporter: after our report it prints "has overflowed
 // its stack" and aborts, so the process may end with SIGABRT (chaining to earlier handlers is the design).

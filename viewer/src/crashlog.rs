@@ -44,6 +44,14 @@ pub struct CrashLog {
     pub triggered_thread: Option<u32>,
     /// Application Specific Information lines.
     pub asi: Vec<String>,
+    /// The uncaught language exception or panic (our reports' EXCEPTION `lx`; in the text it is an
+    /// Application Specific Information line).
+    pub language_exception: Option<LanguageExceptionLog>,
+    /// Last Exception Backtrace: the frames where the uncaught exception was thrown, innermost first (`.ips`
+    /// `lastExceptionBacktrace`; our reports' `lx.bt`). Empty: no such section.
+    pub last_exception_backtrace: Vec<FrameLog>,
+    /// User key/values the app set (our reports' USER section), in key order; printed under `User Values:`.
+    pub user_values: Vec<(String, String)>,
     /// Kernel Triage text (`.ips` `ktriageinfo`), newline-terminated lines.
     pub kernel_triage: Option<String>,
     /// VM Region Info text (`.ips` `vmRegionInfo`).
@@ -64,6 +72,53 @@ pub struct CrashLog {
     pub problems: Vec<String>,
     /// Symbolication notes (debug files not used and why).
     pub symbol_notes: Vec<String>,
+}
+
+/// The uncaught language exception or panic that ended the process.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LanguageExceptionLog {
+    /// `objc`, `c++` or `rust`.
+    pub kind: String,
+    /// Type as recorded (C++: mangled, `St13runtime_error`; Objective-C: the exception name).
+    pub type_name: Option<String>,
+    /// Type for display (C++ demangled: `std::runtime_error`).
+    pub type_display: Option<String>,
+    /// Reason: `NSException.reason`, `what()`, the panic message.
+    pub reason: Option<String>,
+    /// Source location `file:line:column` (Rust panics).
+    pub location: Option<String>,
+    /// Bounded `userInfo` text (Objective-C).
+    pub user_info: Option<String>,
+    /// Kernel thread id of the thread that threw or panicked.
+    pub thread_id: Option<u64>,
+}
+
+impl LanguageExceptionLog {
+    /// The Application Specific Information line: Apple's CoreFoundation wording for Objective-C
+    /// (`*** Terminating app due to uncaught exception 'Name', reason: '…'`), libc++abi's for C++
+    /// (`terminating due to uncaught exception of type std::runtime_error: …`), std's for a Rust panic
+    /// (`panicked at src/main.rs:3:5:` then the message on the next line).
+    pub fn asi_line(&self) -> String {
+        let reason = self.reason.as_deref().unwrap_or("");
+        let ty = self.type_display.as_deref().or(self.type_name.as_deref());
+        match self.kind.as_str() {
+            "objc" => format!(
+                "*** Terminating app due to uncaught exception '{}', reason: '{reason}'",
+                ty.unwrap_or("NSException")
+            ),
+            "c++" => match ty {
+                Some(t) if reason.is_empty() => format!("terminating due to uncaught exception of type {t}"),
+                Some(t) => format!("terminating due to uncaught exception of type {t}: {reason}"),
+                None if reason.is_empty() => "terminating".to_string(),
+                None => reason.to_string(),
+            },
+            "rust" => match &self.location {
+                Some(l) => format!("panicked at {l}:\n{reason}"),
+                None => format!("panicked:\n{reason}"),
+            },
+            other => format!("{other} exception: {}{reason}", ty.map(|t| format!("{t}: ")).unwrap_or_default()),
+        }
+    }
 }
 
 /// Header fields; each is omitted from the text when `None`.
@@ -292,6 +347,9 @@ impl CrashLog {
             exception: ExceptionInfo::default(),
             triggered_thread: None,
             asi: Vec::new(),
+            language_exception: None,
+            last_exception_backtrace: Vec::new(),
+            user_values: Vec::new(),
             kernel_triage: None,
             vm_region_info: None,
             threads: Vec::new(),

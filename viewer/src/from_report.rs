@@ -6,7 +6,9 @@
 //! type, with the `si_code` name in parentheses: `SIGSEGV (SEGV_MAPERR)`; `Exception Codes:` then holds the raw
 //! `si_code` and the fault address. Signal numbers and texts always use the numbering of the OS that crashed.
 
-use crate::crashlog::{CrashLog, ExceptionInfo, Flavor, FrameLog, Header, ImageLog, ThreadLog, ThreadState};
+use crate::crashlog::{
+    CrashLog, ExceptionInfo, Flavor, FrameLog, Header, ImageLog, LanguageExceptionLog, ThreadLog, ThreadState,
+};
 use crate::names::{self, SignalOs};
 use report_format::model::{Exception, Report};
 use report_format::regs;
@@ -62,7 +64,29 @@ pub fn to_crash_log(report: &Report, problems: Vec<String>) -> CrashLog {
         log.exception = exception(e, sig_os);
     }
     log.triggered_thread = report.crashed_thread().map(|t| t.index);
-    log.asi = report.messages.iter().map(|m| m.text.clone()).collect();
+    if let Some(lx) = report.exception.as_ref().and_then(|e| e.language.as_ref()) {
+        let l = LanguageExceptionLog {
+            kind: lx.kind.clone(),
+            type_name: lx.type_name.clone(),
+            type_display: lx
+                .type_name
+                .as_deref()
+                .map(|t| if lx.kind == "c++" { demangle_type(t) } else { t.to_string() }),
+            reason: lx.reason.clone(),
+            location: lx.location.clone(),
+            user_info: lx.user_info.clone(),
+            thread_id: lx.thread_id,
+        };
+        log.asi.push(l.asi_line());
+        log.language_exception = Some(l);
+    }
+    for m in &report.messages {
+        // libc++abi's own abort message on Apple says what the `lx` line says: keep one.
+        if !log.asi.iter().any(|a| a == &m.text || m.text.ends_with(a.as_str())) {
+            log.asi.push(m.text.clone());
+        }
+    }
+    log.user_values = report.user.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
 
     let default_arch = meta.and_then(|m| m.arch.clone());
     // Binary Images lists the images with a load address; format 2.0 keeps the others by name only (SCHEMA.md
@@ -83,6 +107,22 @@ pub fn to_crash_log(report: &Report, problems: Vec<String>) -> CrashLog {
             slide: im.slide,
         })
         .collect();
+    if let Some(lx) = report.exception.as_ref().and_then(|e| e.language.as_ref()) {
+        // Return addresses, every one (Apple's Last Exception Backtrace starts at `__exceptionPreprocess + N`).
+        log.last_exception_backtrace = lx
+            .backtrace
+            .iter()
+            .enumerate()
+            .map(|(i, &address)| FrameLog {
+                address,
+                image: log.image_for(address),
+                symbol: None,
+                inlined: false,
+                stack_index: i + 1,
+                trust: None,
+            })
+            .collect();
+    }
 
     // Apple numbers threads in the task's order (main thread first) and prints them in that order; THREAD.i is that
     // index (SCHEMA.md §4.3), whatever order the sections were written in (the handler writes the crashed thread
@@ -252,6 +292,17 @@ pub fn format_time(ns: u64) -> String {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
     format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{frac:04} +0000", rem / 3600, (rem % 3600) / 60, rem % 60)
+}
+
+/// A C++ type name as `std::type_info::name()` gives it (`St13runtime_error`, `N3app9BadThingE`, `i`) demangled
+/// (`std::runtime_error`, `app::BadThing`, `int`); unchanged when it does not demangle.
+pub fn demangle_type(mangled: &str) -> String {
+    // `_ZTS<type>` is the mangled name of the type's name string ("typeinfo name for <type>").
+    let d = crate::demangle::demangle(&format!("_ZTS{mangled}"));
+    match d.strip_prefix("typeinfo name for ") {
+        Some(t) if !t.is_empty() => t.to_string(),
+        _ => mangled.to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -243,6 +243,13 @@ fn map_body(meta: &Value, body: &Value, problems: Vec<String>) -> CrashLog {
     log.vm_region_info = s(body, "vmRegionInfo").or_else(|| s(body, "vmregioninfo"));
     log.asi = asi(body);
     log.images = images(body);
+    if let Some(bt) = body.get("lastExceptionBacktrace").and_then(Value::as_array) {
+        // Every entry is a return address (frame 0 is `__exceptionPreprocess + N`, a call's return).
+        log.last_exception_backtrace = frames(bt, &log.images);
+        for f in &mut log.last_exception_backtrace {
+            f.stack_index += 1;
+        }
+    }
     if let Some(threads) = body.get("threads").and_then(Value::as_array) {
         for (i, t) in threads.iter().enumerate() {
             let index = i as u32;

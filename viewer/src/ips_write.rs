@@ -212,6 +212,10 @@ fn body(log: &CrashLog) -> Value {
         asi.insert(source, Value::Array(log.asi.iter().map(|s| Value::from(s.as_str())).collect()));
         b.insert("asi".into(), Value::Object(asi));
     }
+    if !log.last_exception_backtrace.is_empty() {
+        let frames = log.last_exception_backtrace.iter().map(|f| frame(log, f)).collect();
+        b.insert("lastExceptionBacktrace".into(), Value::Array(frames));
+    }
     b.insert("threads".into(), Value::Array(log.threads.iter().map(|t| thread(log, t)).collect()));
     b.insert(
         "usedImages".into(),

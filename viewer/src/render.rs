@@ -141,7 +141,9 @@ fn render_ios(log: &CrashLog, out: &mut String, legacy: bool) {
     out.push('\n');
     let after = if legacy { 1 } else { 2 };
     text_block(out, "Application Specific Information:", &log.asi, after);
+    user_values(out, log, after);
     text_block(out, "Kernel Triage:", log.kernel_triage.as_slice(), 2);
+    last_exception_backtrace(out, log, legacy);
     threads_and_state(out, log, legacy, |out, t| thread_header_ios(out, t, legacy));
     binary_images(out, log, |out, im| image_line_ios(out, im, legacy));
     out.push_str("\nEOF\n\n");
@@ -166,6 +168,24 @@ fn text_block<S: AsRef<str>>(out: &mut String, title: &str, entries: &[S], blank
     for _ in 0..blank_after {
         out.push('\n');
     }
+}
+
+/// `User Values:` (not an Apple section; ours, `viewer/README.md`): one `key: value` line per key/value the app
+/// set, in key order, then `blank_after` empty lines like Application Specific Information. Nothing when none.
+fn user_values(out: &mut String, log: &CrashLog, blank_after: usize) {
+    let lines: Vec<String> = log.user_values.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    text_block(out, "User Values:", &lines, blank_after);
+}
+
+/// `Last Exception Backtrace:` and its frames in the thread layout, then one empty line (Apple prints it before
+/// the threads). Nothing when there is no throw-site stack.
+fn last_exception_backtrace(out: &mut String, log: &CrashLog, legacy: bool) {
+    if log.last_exception_backtrace.is_empty() {
+        return;
+    }
+    out.push_str("Last Exception Backtrace:\n");
+    frame_lines(out, log, &log.last_exception_backtrace, legacy);
+    out.push('\n');
 }
 
 /// The thread sections (each followed by an empty line), then the crashed thread's register block and instruction
@@ -283,7 +303,15 @@ fn symbol_text(sym: &SymbolInfo, inlined: bool) -> String {
 }
 
 fn frames(out: &mut String, log: &CrashLog, t: &ThreadLog, legacy: bool) {
-    for (i, f) in t.frames.iter().enumerate() {
+    frame_lines(out, log, &t.frames, legacy);
+    for note in &t.notes {
+        let _ = writeln!(out, "    {note}");
+    }
+}
+
+/// One five-column line per frame.
+fn frame_lines(out: &mut String, log: &CrashLog, frames: &[FrameLog], legacy: bool) {
+    for (i, f) in frames.iter().enumerate() {
         let image = f.image.and_then(|x| log.images.get(x));
         let name = image.and_then(|im| im.name.as_deref()).unwrap_or("???");
         let sym = symbol_part(f, image);
@@ -292,9 +320,6 @@ fn frames(out: &mut String, log: &CrashLog, t: &ThreadLog, legacy: bool) {
         } else {
             let _ = writeln!(out, "{i:<4}{name:<30}\t{:#18x} {sym}", f.address);
         }
-    }
-    for note in &t.notes {
-        let _ = writeln!(out, "    {note}");
     }
 }
 
@@ -527,6 +552,7 @@ fn render_macos(log: &CrashLog, out: &mut String) {
     field(out, W, "Terminating Process", e.terminating_process.as_deref());
     out.push('\n');
     text_block(out, "Application Specific Information:", &log.asi, 1);
+    user_values(out, log, 1);
     text_block(out, "Kernel Triage:", log.kernel_triage.as_slice(), 1);
     if let Some(info) = &log.vm_region_info {
         let _ = writeln!(out, "VM Region Info: {info}\n");
@@ -534,9 +560,10 @@ fn render_macos(log: &CrashLog, out: &mut String) {
     macos_tail(log, out);
 }
 
-/// Threads, crashed thread state, Binary Images, External Modification Summary and VM Region Summary: the same in
-/// the macOS 12-15 and macOS 26 layouts.
+/// Last Exception Backtrace, threads, crashed thread state, Binary Images, External Modification Summary and VM
+/// Region Summary: the same in the macOS 12-15 and macOS 26 layouts.
 fn macos_tail(log: &CrashLog, out: &mut String) {
+    last_exception_backtrace(out, log, false);
     threads_and_state(out, log, false, thread_header_macos);
     binary_images(out, log, image_line_macos);
     out.push('\n');

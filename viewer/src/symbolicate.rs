@@ -21,7 +21,7 @@ pub fn to_svma(address: u64, image_base_runtime: u64, slide: Option<i64>, file: 
 /// Symbolicates every frame it can; debug-file notes go to [`CrashLog::symbol_notes`].
 pub fn symbolicate(log: &mut CrashLog, store: &mut SymbolStore) {
     let mut needed = vec![false; log.images.len()];
-    for f in log.threads.iter().flat_map(|t| &t.frames) {
+    for f in log.threads.iter().flat_map(|t| &t.frames).chain(&log.last_exception_backtrace) {
         if let (None, Some(i)) = (&f.symbol, f.image) {
             if let Some(n) = needed.get_mut(i) {
                 *n = true;
@@ -46,8 +46,9 @@ pub fn symbolicate(log: &mut CrashLog, store: &mut SymbolStore) {
             })
         })
         .collect();
-    for t in &mut log.threads {
-        let old = std::mem::take(&mut t.frames);
+    let lists = log.threads.iter_mut().map(|t| &mut t.frames).chain([&mut log.last_exception_backtrace]);
+    for frames in lists {
+        let old = std::mem::take(frames);
         let mut new: Vec<FrameLog> = Vec::with_capacity(old.len());
         for f in old {
             let resolved = match (f.symbol.is_none(), f.image) {
@@ -69,7 +70,7 @@ pub fn symbolicate(log: &mut CrashLog, store: &mut SymbolStore) {
                 _ => new.push(f),
             }
         }
-        t.frames = new;
+        *frames = new;
     }
     log.symbol_notes.extend(store.take_notes());
 }

@@ -1,7 +1,9 @@
 //! Our own reports: rendering (modern, legacy, JSON, Linux), damaged input and never-panic properties.
 
 use proptest::prelude::*;
-use report_format::model::{Exception, Image, ImageId, Message, Meta, Os, Process, Register, Report, ReportId, Thread};
+use report_format::model::{
+    Exception, Image, ImageId, LanguageException, Message, Meta, Os, Process, Register, Report, ReportId, Thread,
+};
 use viewer::{Format, Layout};
 
 fn regs(set: &str, values: &[(&str, u64)]) -> (Option<String>, Vec<Register>) {
@@ -56,6 +58,7 @@ pub fn ios_report() -> Report {
             si_code: Some(1),
             fault_address: Some(0x10),
             crashed_thread: Some(0),
+            language: None,
         }),
         threads: vec![
             Thread {
@@ -351,6 +354,91 @@ fn ips_output_round_trips_through_our_ips_reader() {
     assert_eq!(body["threads"][0]["threadState"]["esr"]["value"], 0x92000006u64);
     assert_eq!(body["usedImages"][0]["uuid"], "82d13d98-219e-3040-b62a-07a297007a7c");
     assert_eq!(body["faultingThread"], 0);
+}
+
+/// The ios report as an uncaught `NSException` (SIGABRT), with its throw-site stack and a user key/value.
+fn objc_exception_report() -> Report {
+    let mut r = ios_report();
+    r.exception = Some(Exception {
+        signal: Some(6),
+        crashed_thread: Some(0),
+        language: Some(LanguageException {
+            kind: "objc".into(),
+            type_name: Some("NSInvalidArgumentException".into()),
+            reason: Some("*** -[__NSArrayM insertObject:atIndex:]: object cannot be nil".into()),
+            user_info: Some("NSDebugDescription: nil object".into()),
+            thread_id: Some(207732),
+            backtrace: vec![0x1a8e9305c, 0x1007da4bc, 0x1007da384],
+            ..LanguageException::default()
+        }),
+        ..Exception::default()
+    });
+    r.messages.clear();
+    r.user.insert("screen".into(), "checkout".into());
+    r.user.insert("user.id".into(), "42".into());
+    r
+}
+
+#[test]
+fn uncaught_objc_exception_is_shown_as_apple_does() {
+    let r = objc_exception_report();
+    let text = render(&r, Layout::Modern, Format::Text);
+    let want = "Triggered by Thread:  0\n\n\
+                Application Specific Information:\n\
+                *** Terminating app due to uncaught exception 'NSInvalidArgumentException', reason: '*** -[__NSArrayM insertObject:atIndex:]: object cannot be nil'\n\n\n\
+                User Values:\nscreen: checkout\nuser.id: 42\n\n\n\
+                Last Exception Backtrace:\n\
+                0   CoreFoundation                \t       0x1a8e9305c 0x1a8e88000 + 45148\n\
+                1   iOSCrashingTest               \t       0x1007da4bc 0x1007d4000 + 25788\n\
+                2   iOSCrashingTest               \t       0x1007da384 0x1007d4000 + 25476\n\n\
+                Thread 0 name:   Dispatch queue: com.apple.main-thread\n";
+    assert!(text.contains(want), "{text}");
+    insta::assert_snapshot!("ios_objc_exception", text);
+    let legacy = render(&r, Layout::Legacy, Format::Text);
+    assert!(legacy.contains(
+        "Last Exception Backtrace:\n0   CoreFoundation                \t0x00000001a8e9305c 0x1a8e88000 + 45148\n"
+    ));
+
+    // JSON carries the exception's fields; .ips carries `asi` and `lastExceptionBacktrace`, and reads back.
+    let json: serde_json::Value = serde_json::from_str(&render(&r, Layout::Modern, Format::Json)).unwrap();
+    assert_eq!(json["crash_log"]["language_exception"]["kind"], "objc");
+    assert_eq!(json["crash_log"]["language_exception"]["user_info"], "NSDebugDescription: nil object");
+    assert_eq!(json["crash_log"]["last_exception_backtrace"][1]["address"], 0x1007da4bcu64);
+    assert_eq!(json["crash_log"]["user_values"][0][0], "screen");
+    let ips = render(&r, Layout::Modern, Format::Ips);
+    let body: serde_json::Value = serde_json::from_str(ips.split_once('\n').unwrap().1).unwrap();
+    assert_eq!(body["lastExceptionBacktrace"][0]["imageIndex"], 1);
+    assert_eq!(body["lastExceptionBacktrace"][0]["imageOffset"], 45148);
+    assert!(body["asi"].to_string().contains("Terminating app due to uncaught exception 'NSInvalidArgumentException'"));
+    let mut back = viewer::load(ips.as_bytes()).unwrap();
+    let again = viewer::render_loaded(&mut back, Layout::Modern, Format::Text, None);
+    let from_ips = want.replace("User Values:\nscreen: checkout\nuser.id: 42\n\n\n", "");
+    assert!(again.contains(&from_ips), "{again}");
+}
+
+#[test]
+fn cxx_and_rust_lines_follow_their_runtimes_wording() {
+    let mut r = linux_report();
+    let lx = |kind: &str, t: Option<&str>, reason: &str, loc: Option<&str>| LanguageException {
+        kind: kind.into(),
+        type_name: t.map(Into::into),
+        reason: Some(reason.into()),
+        location: loc.map(Into::into),
+        ..LanguageException::default()
+    };
+    r.messages.clear();
+    r.exception.as_mut().unwrap().language = Some(lx("c++", Some("St13runtime_error"), "boom", None));
+    let text = render(&r, Layout::Modern, Format::Text);
+    assert!(text.contains("Application Specific Information:\nterminating due to uncaught exception of type std::runtime_error: boom\n\n\n"), "{text}");
+    r.exception.as_mut().unwrap().language = Some(lx("rust", None, "index out of bounds", Some("src/main.rs:3:5")));
+    r.messages = vec![Message { source: Some("panic".into()), text: "first panic".into() }];
+    let text = render(&r, Layout::Modern, Format::Text);
+    assert!(
+        text.contains(
+            "Application Specific Information:\npanicked at src/main.rs:3:5:\nindex out of bounds\nfirst panic\n\n\n"
+        ),
+        "{text}"
+    );
 }
 
 /// Format 2.0 keeps images nothing points into by path only (`Image::name_only`): Binary Images lists only the

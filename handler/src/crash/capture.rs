@@ -23,6 +23,7 @@ use crate::arch::{RegisterValues, HOST_ARCH};
 use crate::crash::hooks::{self, CrashEvent};
 use crate::crash::images::ImageList;
 use crate::crash::raw_buf::RawBuf;
+use crate::crash::reason;
 use crate::crash::threads::ThreadTable;
 use crate::crash::writer::{self, FdSink, ReportHead, ReportNames, WorkBuffers};
 use crate::unwind::{MemoryReader, Repeat, RuleCache, WalkOptions};
@@ -263,14 +264,19 @@ pub fn write_full<B: Backend>(core: &Core, backend: &mut B, rec: &mut CrashRecor
     let names = ReportNames::new(&id);
     let Ok(fd) = writer::create_temp(core.dir_fd, &names) else { return false };
     rec.temp = Some(names);
-    let mut msgs = [Message::default(); MAX_MESSAGES];
-    let n_msgs = backend.messages(&mut msgs);
+    let mut backend_msgs = [Message::default(); MAX_MESSAGES];
+    let n_backend = backend.messages(&mut backend_msgs);
     let opts = backend.walk_options();
     let mut mem = backend.memory();
+    let mut why = reason::Snapshot::new();
+    why.take(rec.tid, reason::is_abort_like(rec.signal, rec.mach_exception), &mut mem);
+    let mut msgs = [Message::default(); MAX_MESSAGES + reason::MAX_MESSAGES];
+    let n_msgs = merge_messages(&mut msgs, backend_msgs.get(..n_backend).unwrap_or(&[]), &why);
     let (images, image_note) = backend.images(&mut mem);
     let mut note_buf = [0u8; NOTE_BYTES];
     let note = join_notes(&mut note_buf, note, image_note);
-    let h = head(&core.text, rec, id, &facts, note, msgs.get(..n_msgs).unwrap_or(&[]));
+    let mut h = head(&core.text, rec, id, &facts, note, msgs.get(..n_msgs).unwrap_or(&[]));
+    h.exception.language = why.language();
     let sink = FdSink::new(fd, write_buf);
     // On an error the sink flushes what it has when dropped (intact sections still decode); `commit` keeps the
     // file only if its head sections (header, META, EXCEPTION) are durable.
@@ -279,6 +285,17 @@ pub fn write_full<B: Backend>(core: &Core, backend: &mut B, rec: &mut CrashRecor
     }
     hooks::call(CrashEvent::ReportWritten, rec.tid);
     finish(core, rec, fd, names)
+}
+
+/// The backend's messages, then the [`reason::Snapshot`]'s, into `out`; how many. Pure.
+fn merge_messages<'a>(out: &mut [Message<'a>], backend: &[Message<'a>], why: &'a reason::Snapshot) -> usize {
+    let mut n = 0usize;
+    for m in backend {
+        let Some(slot) = out.get_mut(n) else { return n };
+        *slot = *m;
+        n = n.saturating_add(1);
+    }
+    n.saturating_add(why.messages(out.get_mut(n..).unwrap_or(&mut [])))
 }
 
 /// Writes the minimal report of `rec` (after a fault inside the handler): META, EXCEPTION, the crashed thread's

@@ -11,6 +11,8 @@
 //! - [`stack_bounds`]: each thread's stack extent, recorded at thread start, looked up lock-free at crash time.
 //! - [`raw_buf`]: preallocated buffers the crash owner borrows without a lock.
 //! - [`first_chance`]: the first-chance hook for runtimes that recover from faults.
+//! - [`reason`]: why the process is dying, as the runtimes and the app said before the fault (uncaught
+//!   `NSException` and C++ exception, Rust panics, the app's crash reason, the C library's abort message).
 //! - [`hooks`]: test hooks (allocation counting, a deliberate fault inside the handler).
 //!
 //! The OS-specific crash-path code is in `platform/<os>/crash/`: how threads are stopped and their registers read,
@@ -25,6 +27,7 @@ pub mod first_chance;
 pub mod hooks;
 pub mod images;
 pub mod raw_buf;
+pub mod reason;
 pub mod reentrancy;
 pub mod stack_bounds;
 pub mod threads;

@@ -477,6 +477,10 @@ pub fn write_report<S: Sink, M: MemoryReader>(
 
     bufs.rules.clear();
     let used = UsedImages::new(images, bufs.used_images);
+    // The throw-site stack (Apple's Last Exception Backtrace) is symbolicated like the threads: its images are used.
+    for a in exc.language.iter().flat_map(|l| l.backtrace) {
+        used.mark(*a);
+    }
     let mut enc = Encoder::begin(sink, bufs.scratch)?;
     enc.meta(&meta)?;
     enc.exception(&exc)?;
@@ -764,7 +768,18 @@ mod tests {
         };
         let head = ReportHead {
             meta: Meta { arch: b"x86_64", ..Meta::default() },
-            exception: Exception { signal: Some(11), si_code: Some(1), fault_address: Some(0), ..Exception::default() },
+            exception: Exception {
+                signal: Some(11),
+                si_code: Some(1),
+                fault_address: Some(0),
+                // The throw-site stack: its one address lies in libunused.so, which nothing else points into.
+                language: Some(report_format::encode::LanguageException {
+                    kind: b"objc",
+                    backtrace: &[0x10_0040],
+                    ..Default::default()
+                }),
+                ..Exception::default()
+            },
             messages: &[Message { source: b"libswiftCore.dylib", text: b"Fatal error: boom" }],
         };
         let out = write_report(Vec::new(), &head, &table, &images, &mut mem, &WalkOptions::host(), &mut bufs)
@@ -790,7 +805,8 @@ mod tests {
         let kept: Vec<(&str, u64)> = third.registers.iter().map(|r| (r.name.as_str(), r.value)).collect();
         assert_eq!(kept, vec![("rbp", 0x7100_0010), ("rsp", 0x7100_0000), ("rip", 0x40_0100)]);
         assert_eq!(third.frames[0], 0x40_0100);
-        // Used images in full (the app holds every frame), the others by path only, in list order.
+        // Used images in full (the app holds every frame, libunused.so the throw-site stack), the others by path
+        // only, in list order.
         let imgs: Vec<(u32, &str, bool, u64)> = r
             .images
             .iter()
@@ -799,11 +815,13 @@ mod tests {
         assert_eq!(
             imgs,
             vec![
-                (0, "/lib/libunused.so", true, 0),
+                (0, "/lib/libunused.so", false, 0x10_0000),
                 (1, "/bin/app", false, 0x40_0000),
                 (2, "/lib/libregs.so", true, 0),
             ]
         );
+        let lx = r.exception.as_ref().and_then(|e| e.language.as_ref()).expect("lx");
+        assert_eq!((lx.kind.as_str(), lx.backtrace.as_slice()), ("objc", &[0x10_0040u64][..]));
         let kinds: Vec<SectionKind> = d.sections.iter().map(|s| s.kind).collect();
         use report_format::framing::SectionKind;
         assert_eq!(
@@ -820,7 +838,7 @@ mod tests {
                 SectionKind::End,
             ]
         );
-        assert_eq!(r.format_version, (2, 0));
+        assert_eq!(r.format_version, (2, 1));
         assert_eq!(r.exception.as_ref().and_then(|e| e.signal), Some(11));
     }
 

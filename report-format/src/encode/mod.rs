@@ -23,8 +23,9 @@ mod sections;
 mod sink;
 
 pub use sections::{
-    frame_registers, Exception, Image, ImageLookup, IndexedImage, KeyValue, Message, Meta, Os, Process, Repeat, Thread,
-    ID_KIND_BUILD_ID, ID_KIND_UUID, IMAGES_PER_SECTION, IMAGE_NAMES_PER_SECTION,
+    frame_registers, Exception, Image, ImageLookup, IndexedImage, KeyValue, LanguageException, Message, Meta, Os,
+    Process, Repeat, Thread, ID_KIND_BUILD_ID, ID_KIND_UUID, IMAGES_PER_SECTION, IMAGE_NAMES_PER_SECTION, LANGUAGE_CXX,
+    LANGUAGE_OBJC, LANGUAGE_RUST,
 };
 pub use sink::{Sink, SinkError, SliceSink};
 

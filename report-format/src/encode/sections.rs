@@ -80,7 +80,36 @@ pub struct Exception<'a> {
     pub fault_address: Option<u64>,
     /// Index (in the report's thread list) of the crashed thread.
     pub crashed_thread: Option<u32>,
+    /// The uncaught language exception or panic that ended the process (format 2.1, SCHEMA.md §4.2.1).
+    pub language: Option<LanguageException<'a>>,
 }
+
+/// The uncaught language exception or panic that ended the process: EXCEPTION's `lx` map (format 2.1). Empty text
+/// fields and an empty backtrace are left out.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LanguageException<'a> {
+    /// What raised it: `objc`, `c++` or `rust` ([`LANGUAGE_OBJC`], [`LANGUAGE_CXX`], [`LANGUAGE_RUST`]).
+    pub kind: &'a [u8],
+    /// Type: the `NSException` name, or the C++ type as `std::type_info::name` gives it (mangled).
+    pub type_name: &'a [u8],
+    /// Reason: `NSException.reason`, `std::exception::what()`, the panic message.
+    pub reason: &'a [u8],
+    /// Source location `file:line:column` (Rust panics).
+    pub location: &'a [u8],
+    /// A bounded part of the `NSException`'s `userInfo`, one `key: value` line each.
+    pub user_info: &'a [u8],
+    /// Kernel thread id of the thread that threw or panicked.
+    pub thread_id: Option<u64>,
+    /// The stack where it was thrown: return addresses, innermost first (`callStackReturnAddresses`).
+    pub backtrace: &'a [u64],
+}
+
+/// [`LanguageException::kind`] of an uncaught Objective-C exception (`NSException`).
+pub const LANGUAGE_OBJC: &[u8] = b"objc";
+/// [`LanguageException::kind`] of an uncaught C++ exception (or `std::terminate` without one).
+pub const LANGUAGE_CXX: &[u8] = b"c++";
+/// [`LanguageException::kind`] of a Rust panic.
+pub const LANGUAGE_RUST: &[u8] = b"rust";
 
 /// A run of frames that repeats, left out of the frame array to keep deep recursion whole.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -261,6 +290,25 @@ pub(super) fn encode_exception(w: &mut Cursor<'_>, e: &Exception<'_>) -> R {
     map.opt_sint(w, keys::exception::SI_CODE, e.si_code.map(i64::from))?;
     map.opt_uint(w, keys::exception::FAULT_ADDRESS, e.fault_address)?;
     map.opt_uint(w, keys::exception::CRASHED_THREAD, e.crashed_thread.map(u64::from))?;
+    if let Some(lx) = &e.language {
+        map.key(w, keys::exception::LANGUAGE_EXCEPTION)?;
+        let mut m = MapW::open(w)?;
+        m.key(w, keys::language_exception::KIND)?;
+        w.text(lx.kind)?;
+        m.text(w, keys::language_exception::TYPE, lx.type_name)?;
+        m.text(w, keys::language_exception::REASON, lx.reason)?;
+        m.text(w, keys::language_exception::LOCATION, lx.location)?;
+        m.text(w, keys::language_exception::USER_INFO, lx.user_info)?;
+        m.opt_uint(w, keys::language_exception::THREAD_ID, lx.thread_id)?;
+        if !lx.backtrace.is_empty() {
+            m.key(w, keys::language_exception::BACKTRACE)?;
+            w.array_len(lx.backtrace.len())?;
+            for a in lx.backtrace {
+                w.uint(*a)?;
+            }
+        }
+        m.close(w)?;
+    }
     map.close(w)
 }
 

@@ -6,7 +6,7 @@
 //! those reports do not show (a triggered thread with a queue but no name, Exception Message/Note, Kernel Triage)
 //! follow the macOS 12-15 rules and are unverified.
 
-use super::{code_type, field, macos_tail, name_pid, problems_block, text_block, version, CrashLog};
+use super::{code_type, field, macos_tail, name_pid, problems_block, text_block, user_values, version, CrashLog};
 use std::fmt::Write as _;
 
 /// True when the report comes from macOS 26 or later (`OS Version: macOS 26.x ...`), whose translation this layout
@@ -95,6 +95,7 @@ pub(super) fn render(log: &CrashLog, out: &mut String) {
     field(out, W, "Terminating Process", e.terminating_process.as_deref());
     out.push_str("\n\n");
     text_block(out, "Application Specific Information:", &log.asi, 2);
+    user_values(out, log, 2);
     text_block(out, "Kernel Triage:", log.kernel_triage.as_slice(), 2);
     if let Some(info) = &log.vm_region_info {
         let _ = writeln!(out, "VM Region Info: {info}\n");

@@ -21,6 +21,8 @@ pub(crate) mod ffi;
 pub mod images;
 #[cfg(target_vendor = "apple")]
 mod install;
+#[cfg(target_vendor = "apple")]
+pub(crate) mod objc_exception;
 
 #[cfg(target_vendor = "apple")]
 pub use install::{install, is_installed, refresh_images, uninstall};

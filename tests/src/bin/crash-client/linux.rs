@@ -410,6 +410,56 @@ fn call_abort() {
     unsafe { libc::abort() };
 }
 
+/// `cxx_*` triggers: loads `<run dir>/../libcxxthrow.so` (tests/c/cxx_throw.cpp, built by the test with `c++`)
+/// before install, so the process has a C++ runtime when install looks for `std::set_terminate`.
+fn load_cxx_library(dir: &std::path::Path) -> *mut libc::c_void {
+    use std::os::unix::ffi::OsStrExt;
+    let lib = dir.parent().expect("run dir").join("libcxxthrow.so");
+    let c = std::ffi::CString::new(lib.as_os_str().as_bytes()).expect("path");
+    // SAFETY: a NUL-terminated path; the handle stays open until the process dies.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+    assert!(!h.is_null(), "dlopen {}", lib.display());
+    h
+}
+
+/// A thread of the C++ library throws an exception nothing catches (`std::runtime_error` when `std_exception`,
+/// else a type not derived from `std::exception`); this thread waits in `pthread_join`. The thrower prints its tid.
+#[inline(never)]
+fn trigger_cxx(lib: *mut libc::c_void, std_exception: bool) {
+    // SAFETY: a NUL-terminated symbol name in a valid handle.
+    let f = unsafe { libc::dlsym(lib, c"cxx_throw_in_thread".as_ptr()) };
+    assert!(!f.is_null(), "cxx_throw_in_thread");
+    // SAFETY: tests/c/cxx_throw.cpp defines `extern "C" void cxx_throw_in_thread(int)`.
+    let f: extern "C" fn(i32) = unsafe { std::mem::transmute::<*mut libc::c_void, extern "C" fn(i32)>(f) };
+    f(i32::from(std_exception));
+}
+
+/// A failed C `assert()`: glibc's `__assert_fail`, which the `assert` macro expands to (glibc `<assert.h>`), with
+/// the text a C file would pass. glibc keeps the message in `__abort_msg` and aborts.
+#[inline(never)]
+fn trigger_c_assert() {
+    extern "C" {
+        fn __assert_fail(
+            assertion: *const libc::c_char,
+            file: *const libc::c_char,
+            line: u32,
+            function: *const libc::c_char,
+        ) -> !;
+    }
+    say(&format!("FAULT_TID {}", gettid()));
+    // SAFETY: NUL-terminated strings; `__assert_fail` prints, records the message and aborts.
+    unsafe { __assert_fail(c"widget != NULL".as_ptr(), c"widgets.c".as_ptr(), 42, c"widget_open".as_ptr()) }
+}
+
+/// `abort()` after the app said what it was doing (`handler::set_crash_reason`), with a user key/value set.
+#[inline(never)]
+fn trigger_app_reason() {
+    assert!(handler::set_crash_reason("saving document 42 to disk"));
+    handler::user_values::set("screen", "editor").expect("set a user value");
+    say(&format!("FAULT_TID {}", gettid()));
+    call_abort();
+}
+
 #[inline(never)]
 fn trigger_panic() {
     // `panic = "abort"` semantics for this binary only: run the default hook (prints the message), then abort,
@@ -420,6 +470,7 @@ fn trigger_panic() {
         std::process::abort();
     }));
     say(&format!("FAULT_TID {}", gettid()));
+    say(&format!("PANIC_AT {}:{}:5", file!(), line!() + 1));
     panic!("deliberate panic from the crash client");
 }
 
@@ -797,6 +848,8 @@ fn run_trigger(trigger: &str, dir: &std::path::Path) {
         "abort" => trigger_abort(),
         "dlopen" => trigger_dlopen(dir),
         "panic" => trigger_panic(),
+        "c_assert" => trigger_c_assert(),
+        "app_reason" => trigger_app_reason(),
         "stack_overflow_main" => trigger_stack_overflow(),
         "stack_overflow_thread" => {
             let h = std::thread::Builder::new()
@@ -968,6 +1021,7 @@ pub fn main() {
         // The runtime's handler comes first; the crash handler chains to it.
         install_runtime_handler();
     }
+    let cxx = trigger.starts_with("cxx_").then(|| load_cxx_library(&dir));
     let mut config = handler::Config::new(&dir);
     config.app_id = "crash-client".into();
     if let Err(e) = handler::install(&config) {
@@ -977,7 +1031,11 @@ pub fn main() {
     // A second install is refused and changes nothing.
     assert_eq!(handler::install(&config), Err(handler::InstallError::AlreadyInstalled));
     say(&format!("MAIN_TID {}", gettid()));
-    run_trigger(trigger, &dir);
+    match (trigger.as_str(), cxx) {
+        ("cxx_runtime_error", Some(lib)) => trigger_cxx(lib, true),
+        ("cxx_non_std", Some(lib)) => trigger_cxx(lib, false),
+        _ => run_trigger(trigger, &dir),
+    }
     say("NO_CRASH");
     std::process::exit(4);
 }
