@@ -11,7 +11,8 @@
 #
 # Needs (this script installs nothing; .ci/run installs them):
 #   apt-get install -y --no-install-recommends rustc-web cargo-web rust-web-src gcc-aarch64-linux-gnu \
-#     libc6-dev-arm64-cross qemu-user gdb-multiarch
+#     g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user gdb-multiarch
+# (g++-aarch64-linux-gnu builds the C++ library of the crash matrix's uncaught-exception cases.)
 # gdb-multiarch is the frame oracle's: without it the oracle's cases skip (with the reason printed here), and fail
 # when CI is set.
 # Never `rustup target add`: std is built from rust-web-src with -Zbuild-std.
@@ -45,10 +46,10 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 runner="qemu-aarch64 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib"
 export CARGO_TERM_PROGRESS_WHEN=never
 
-for tool in /usr/bin/cargo /usr/bin/rustc aarch64-linux-gnu-gcc qemu-aarch64; do
+for tool in /usr/bin/cargo /usr/bin/rustc aarch64-linux-gnu-gcc aarch64-linux-gnu-g++ qemu-aarch64; do
   if ! command -v "$tool" >/dev/null; then
     echo "test-arm64: $tool missing; install rustc-web cargo-web rust-web-src gcc-aarch64-linux-gnu" \
-         "libc6-dev-arm64-cross qemu-user" >&2
+         "g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user" >&2
     exit 2
   fi
 done
