@@ -539,25 +539,38 @@ fn render_macos(log: &CrashLog, out: &mut String) {
     field(out, W, "Exception Message", e.message.as_deref());
     field(out, W, "Exception Note", e.note.as_deref());
     out.push('\n');
+    macos_termination(out, log, " ", W);
+    out.push('\n');
+    macos_info_blocks(out, log, 1);
+    macos_tail(log, out);
+}
+
+/// macOS `Termination Reason:` (`Namespace NS, Code C` then the indicator after `sep`) and `Terminating Process:`,
+/// labels padded to `width`: up to macOS 15 a space and 23 columns, from macOS 26 `", "` and 21 columns.
+fn macos_termination(out: &mut String, log: &CrashLog, sep: &str, width: usize) {
+    let e = &log.exception;
     if let Some(ns) = &e.termination_namespace {
         let mut reason = format!("Namespace {ns}");
         if let Some(c) = e.termination_code {
             let _ = write!(reason, ", Code {c}");
         }
         if let Some(ind) = &e.termination_indicator {
-            let _ = write!(reason, " {ind}");
+            let _ = write!(reason, "{sep}{ind}");
         }
-        field(out, W, "Termination Reason", Some(&reason));
+        field(out, width, "Termination Reason", Some(&reason));
     }
-    field(out, W, "Terminating Process", e.terminating_process.as_deref());
-    out.push('\n');
-    text_block(out, "Application Specific Information:", &log.asi, 1);
-    user_values(out, log, 1);
-    text_block(out, "Kernel Triage:", log.kernel_triage.as_slice(), 1);
+    field(out, width, "Terminating Process", e.terminating_process.as_deref());
+}
+
+/// macOS Application Specific Information, User Values and Kernel Triage (each followed by `blank_after` empty
+/// lines: 1 up to macOS 15, 2 from macOS 26), then `VM Region Info:`.
+fn macos_info_blocks(out: &mut String, log: &CrashLog, blank_after: usize) {
+    text_block(out, "Application Specific Information:", &log.asi, blank_after);
+    user_values(out, log, blank_after);
+    text_block(out, "Kernel Triage:", log.kernel_triage.as_slice(), blank_after);
     if let Some(info) = &log.vm_region_info {
         let _ = writeln!(out, "VM Region Info: {info}\n");
     }
-    macos_tail(log, out);
 }
 
 /// Last Exception Backtrace, threads, crashed thread state, Binary Images, External Modification Summary and VM

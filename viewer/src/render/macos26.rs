@@ -6,7 +6,9 @@
 //! those reports do not show (a triggered thread with a queue but no name, Exception Message/Note, Kernel Triage)
 //! follow the macOS 12-15 rules and are unverified.
 
-use super::{code_type, field, macos_tail, name_pid, problems_block, text_block, user_values, version, CrashLog};
+use super::{
+    code_type, field, macos_info_blocks, macos_tail, macos_termination, name_pid, problems_block, version, CrashLog,
+};
 use std::fmt::Write as _;
 
 /// True when the report comes from macOS 26 or later (`OS Version: macOS 26.x ...`), whose translation this layout
@@ -82,24 +84,9 @@ pub(super) fn render(log: &CrashLog, out: &mut String) {
     field(out, EXC, "Exception Message", e.message.as_deref());
     field(out, EXC, "Exception Note", e.note.as_deref());
     out.push('\n');
-    if let Some(ns) = &e.termination_namespace {
-        let mut reason = format!("Namespace {ns}");
-        if let Some(c) = e.termination_code {
-            let _ = write!(reason, ", Code {c}");
-        }
-        if let Some(ind) = &e.termination_indicator {
-            let _ = write!(reason, ", {ind}");
-        }
-        field(out, W, "Termination Reason", Some(&reason));
-    }
-    field(out, W, "Terminating Process", e.terminating_process.as_deref());
+    macos_termination(out, log, ", ", W);
     out.push_str("\n\n");
-    text_block(out, "Application Specific Information:", &log.asi, 2);
-    user_values(out, log, 2);
-    text_block(out, "Kernel Triage:", log.kernel_triage.as_slice(), 2);
-    if let Some(info) = &log.vm_region_info {
-        let _ = writeln!(out, "VM Region Info: {info}\n");
-    }
+    macos_info_blocks(out, log, 2);
     macos_tail(log, out);
     // macOS 26 ends the VM Region Summary with two empty lines, not three.
     if log.vm_summary.is_some() && out.ends_with("\n\n\n\n") {
