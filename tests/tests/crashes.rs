@@ -478,31 +478,13 @@ fn abort_with_the_apps_reason_and_user_values() {
     assert!(text.contains(want), "viewer text lacks\n{want}\nin\n{text}");
 }
 
-/// The C++ compiler for the test's C++ library: `CRASH_TESTS_CXX`, else the arm64 cross compiler under qemu-user,
-/// else `c++`.
-fn cxx_compiler() -> String {
-    std::env::var("CRASH_TESTS_CXX").unwrap_or_else(|_| {
-        if cfg!(target_arch = "aarch64") && crash_tests::runner().is_some() {
-            "aarch64-linux-gnu-g++".into()
-        } else {
-            "c++".into()
-        }
-    })
-}
-
 /// Builds tests/c/cxx_throw.cpp into `<run dir>/libcxxthrow.so`; returns its path.
 fn build_cxx_library(run_dir: &Path) -> std::path::PathBuf {
     std::fs::create_dir_all(run_dir).expect("run dir");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/cxx_throw.cpp");
     let lib = run_dir.join("libcxxthrow.so");
-    let cxx = cxx_compiler();
-    let out = std::process::Command::new(&cxx)
-        .args(["-shared", "-fPIC", "-g", "-O1", "-pthread", "-Wl,--build-id=sha1", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .output()
-        .unwrap_or_else(|e| panic!("run {cxx}: {e}"));
-    assert!(out.status.success(), "{cxx} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let cxx = compiler("CRASH_TESTS_CXX", "aarch64-linux-gnu-g++", "c++");
+    build_shared_library(&cxx, &["-O1", "-pthread"], &src, &lib);
     lib
 }
 
@@ -720,16 +702,31 @@ fn disk_full_after_the_head_commits_a_torn_report() {
     assert_eq!(d.report.exception.as_ref().and_then(|e| e.signal), Some(SIGSEGV));
 }
 
-/// The C compiler for the test's shared library: `CRASH_TESTS_CC`, else the aarch64 cross compiler when the tests
-/// run under an emulator (scripts/test-arm64.sh), else `cc`.
-fn c_compiler() -> String {
-    std::env::var("CRASH_TESTS_CC").unwrap_or_else(|_| {
+/// The compiler for a test's shared library: `$env_var` when set, else the aarch64 cross compiler `cross` when the
+/// tests run under an emulator (scripts/test-arm64.sh), else `native`. C: `CRASH_TESTS_CC`, `aarch64-linux-gnu-gcc`,
+/// `cc`; C++: `CRASH_TESTS_CXX`, `aarch64-linux-gnu-g++`, `c++`.
+fn compiler(env_var: &str, cross: &str, native: &str) -> String {
+    std::env::var(env_var).unwrap_or_else(|_| {
         if cfg!(target_arch = "aarch64") && crash_tests::runner().is_some() {
-            "aarch64-linux-gnu-gcc".into()
+            cross.into()
         } else {
-            "cc".into()
+            native.into()
         }
     })
+}
+
+/// Compiles `src` into the shared library `lib` with `compiler` and `flags` (plus `-shared -fPIC -g` and a SHA-1
+/// build id); panics with the compiler's output when it fails.
+fn build_shared_library(compiler: &str, flags: &[&str], src: &Path, lib: &Path) {
+    let out = std::process::Command::new(compiler)
+        .args(["-shared", "-fPIC", "-g", "-Wl,--build-id=sha1"])
+        .args(flags)
+        .arg("-o")
+        .arg(lib)
+        .arg(src)
+        .output()
+        .unwrap_or_else(|e| panic!("run {compiler}: {e}"));
+    assert!(out.status.success(), "{compiler} failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// A library `dlopen`ed after install (the install snapshot cannot know it; `refresh_images` is never called)
@@ -748,14 +745,8 @@ fn crash_inside_a_library_dlopened_after_install() {
     )
     .expect("write C source");
     let lib = run_dir.join("libcrashme.so");
-    let cc = c_compiler();
-    let out = std::process::Command::new(&cc)
-        .args(["-shared", "-fPIC", "-g", "-O0", "-fno-omit-frame-pointer", "-Wl,--build-id=sha1", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .output()
-        .unwrap_or_else(|e| panic!("run {cc}: {e}"));
-    assert!(out.status.success(), "{cc} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let cc = compiler("CRASH_TESTS_CC", "aarch64-linux-gnu-gcc", "cc");
+    build_shared_library(&cc, &["-O0", "-fno-omit-frame-pointer"], &src, &lib);
 
     let (_, r, _, _) = check_in(
         &Expect {
