@@ -173,10 +173,12 @@ fn is_ours(st: &State, port: u32, own: &Crashed) -> bool {
 struct Owner {
     st: &'static State,
     who: Crashed,
-    /// The task's thread list, held from [`Backend::stop_threads`] until [`Owner::resume`].
+    /// The task's thread list, held from [`Backend::request_stop`] until [`Owner::resume`].
     list: Option<mach::ThreadList>,
     /// How many entries of `st.suspended` hold threads suspended by this capture.
     n_suspended: usize,
+    /// META note of the stop ("" when none).
+    note: &'static [u8],
 }
 
 impl Owner {
@@ -213,7 +215,7 @@ impl Backend for Owner {
         }
     }
 
-    fn stop_threads(&mut self, table: &ThreadTable, rec: &mut CrashRecord) -> &'static [u8] {
+    fn request_stop(&mut self, table: &ThreadTable, rec: &mut CrashRecord) {
         let (st, who) = (self.st, self.who);
         let reader = mach::TaskReader::new();
         // SAFETY: the owner has exclusive use of the preallocated buffers (crash gate).
@@ -285,13 +287,19 @@ impl Backend for Owner {
             }
         }
         table.publish();
-        if self.list.is_none() {
+        self.note = if self.list.is_none() {
             NOTE_NO_THREADS
         } else if overflow > 0 {
             NOTE_OVERFLOW
         } else {
             b""
-        }
+        };
+    }
+
+    /// Every thread was suspended and read in [`Backend::request_stop`] (both are synchronous Mach calls), so the
+    /// report's images and messages are read from a stopped task.
+    fn await_stop(&mut self, _table: &ThreadTable, _rec: &mut CrashRecord) -> &'static [u8] {
+        self.note
     }
 
     fn memory(&mut self) -> Self::Memory {
@@ -322,7 +330,7 @@ impl Backend for Owner {
 /// the caller. Returns `true` when a report was committed.
 pub fn capture(st: &'static State, rec: &mut CrashRecord, who: Crashed) -> bool {
     hooks::call(CrashEvent::Start, rec.tid);
-    let mut owner = Owner { st, who, list: None, n_suspended: 0 };
+    let mut owner = Owner { st, who, list: None, n_suspended: 0, note: b"" };
     let committed = capture::run(&st.core, &mut owner, rec);
     if committed {
         st.reported.store(true, Ordering::Release);
@@ -334,7 +342,7 @@ pub fn capture(st: &'static State, rec: &mut CrashRecord, who: Crashed) -> bool 
 
 /// Writes the minimal report of `rec` (after a fault inside the handler); `true` when committed.
 pub fn write_minimal(st: &'static State, rec: &mut CrashRecord) -> bool {
-    let owner = Owner { st, who: Crashed { port: 0, self_port: 0 }, list: None, n_suspended: 0 };
+    let owner = Owner { st, who: Crashed { port: 0, self_port: 0 }, list: None, n_suspended: 0, note: b"" };
     let committed = capture::write_minimal(&st.core, &owner, rec);
     if committed {
         st.reported.store(true, Ordering::Release);
