@@ -198,6 +198,11 @@ pub enum FrameTrust {
     Scan,
     /// The link register of frame 0 (arm64 leaf function).
     LinkRegister,
+    /// A logical caller from a Swift async context chain (format 2.2): the resume function of the caller's async
+    /// context, stored as its entry address + 1, so it is looked up like a return address (address − 1). It follows
+    /// the frame of the async function whose context it is; the OS stack's frames (the executor) come after the
+    /// chain.
+    Async,
     /// A value this version does not know.
     Unknown,
 }
@@ -211,6 +216,7 @@ impl FrameTrust {
             3 => FrameTrust::FramePointer,
             4 => FrameTrust::Scan,
             5 => FrameTrust::LinkRegister,
+            6 => FrameTrust::Async,
             _ => FrameTrust::Unknown,
         }
     }
@@ -223,6 +229,7 @@ impl FrameTrust {
             FrameTrust::FramePointer => 3,
             FrameTrust::Scan => 4,
             FrameTrust::LinkRegister => 5,
+            FrameTrust::Async => 6,
             FrameTrust::Unknown => 0,
         }
     }

@@ -247,6 +247,8 @@ pub struct FrameLog {
     /// unless `trust` says the address is an exact pc.
     pub stack_index: usize,
     /// How the handler found the frame (our reports, format 1.1 and later); `None` when the source does not say.
+    /// Swift async frames ([`FrameTrust::Async`], format 2.2) are printed like any other frame (Apple's reports have
+    /// none); JSON output keeps this mark.
     pub trust: Option<FrameTrust>,
 }
 

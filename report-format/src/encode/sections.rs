@@ -160,8 +160,8 @@ pub struct Thread<'a> {
     /// Repeating runs left out of `frames`.
     pub repeats: &'a [Repeat],
     /// How each frame was found, one byte per frame of `frames` (may be shorter, or empty when unknown):
-    /// `model::FrameTrust` values (1 context, 2 CFI, 3 frame pointer, 4 scan, 5 link register); values above 7
-    /// are written as 0 (unknown).
+    /// `model::FrameTrust` values (1 context, 2 CFI, 3 frame pointer, 4 scan, 5 link register, 6 Swift async
+    /// resume function); values above 7 are written as 0 (unknown).
     pub trust: &'a [u8],
     /// Where each frame's image is; `None`: every frame is written as an absolute address.
     pub images: Option<&'a dyn ImageLookup>,
