@@ -28,7 +28,7 @@ pub const CACHE_BYTES: usize = 32 * BLOCK;
 
 /// Most blocks one cache miss reads in one system call: the missing block and the ones after it (link-map nodes
 /// and the strings they point to sit in increasing heap addresses; stacks are read upwards).
-const READ_AHEAD: usize = 4;
+pub const READ_AHEAD: usize = 4;
 
 /// Tag of an empty cache slot (no block starts there: block bases are multiples of [`BLOCK`]).
 const EMPTY: u64 = u64::MAX;
