@@ -7,7 +7,7 @@ crash_path_mod! { pub mod crash; }
 pub mod images;
 pub mod threads;
 
-use self::crash::{sys, ChainRecord, State, StopRound, STATE};
+use self::crash::{sys, ChainRecord, State, STATE};
 use crate::config::Config;
 use crate::crash::actions::{SavedActions, FATAL_SIGNALS};
 use crate::crash::capture::{Core, Text};
@@ -145,7 +145,6 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
             // SAFETY: an all-zero sigaction is a valid value (SIG_DFL, empty mask).
             .unwrap_or_else(|| unsafe { core::mem::zeroed() }),
         chain: UnsafeCell::new(ChainRecord::EMPTY),
-        round: StopRound::new(),
     })
 }
 

@@ -4,8 +4,7 @@
 //! and may declare it handled. Otherwise the first faulting thread owns the crash ([`CrashGate`]); it saves the
 //! signal and its registers from the `ucontext`, switches to the preallocated crash stack, fills the thread table
 //! from `/proc/self/task`, sends every other thread the reserved real-time stop signal (`rt_tgsigqueueinfo`, the
-//! slot index attached; each thread that answered sends the next ones too, [`StopRound`]), prepares the report
-//! meanwhile ([`capture::run`]), and waits (bounded) until they answer; a thread that still has not answered after [`BLOCK_PROBE_NS`] and blocks the stop
+//! slot index attached), prepares the report meanwhile ([`capture::run`]), and waits (bounded) until they answer; a thread that still has not answered after [`BLOCK_PROBE_NS`] and blocks the stop
 //! signal (`SigBlk`) in two reads [`BLOCK_CONFIRM_NS`] apart is given up on; then the thread list is read once more and newcomers are stopped too.
 //! Each stopped thread's handler stores its own `ucontext` registers and name in its slot and waits on a futex
 //! (bounded) until released. The owner then walks every stack with `process_vm_readv` and writes the report
@@ -48,7 +47,7 @@ use crate::crash::threads::{SlotData, ThreadTable, CAPTURED, PENDING, WRITING};
 use crate::crash::writer::{self, ReportNames};
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, Ordering};
 
 /// What the owner keeps about chaining to a previous handler (Linux only; beside the shared [`CrashRecord`]).
 #[derive(Clone, Copy, Debug)]
@@ -118,56 +117,6 @@ pub struct State {
     pub prev_stop: libc::sigaction,
     /// Chaining state, beside the shared record.
     pub chain: UnsafeCell<ChainRecord>,
-    /// The stop round the owner and the stopped threads send the stop signal in together.
-    pub round: StopRound,
-}
-
-/// The slots still to be sent the stop signal, shared by the owner and every thread that has answered: each of them
-/// takes the next slot index and sends it the signal, so both cores send (each wake-up used to preempt the owner
-/// while it alone sent the signals). Every index of a round is taken exactly once (`fetch_add`); a round is closed
-/// by moving the cursor far past any table. Signal-safe, lock-free.
-#[derive(Debug)]
-pub struct StopRound {
-    /// Next slot index to send to; [`StopRound::CLOSED`] and above when no round is open.
-    cursor: AtomicUsize,
-    /// Pid and uid to put in the queued signal's `siginfo` (the owner's, read once per crash).
-    pid: AtomicI32,
-    uid: AtomicU32,
-}
-
-impl StopRound {
-    /// The cursor of a closed round: beyond every table, far below `usize::MAX` (each taker adds one at most once
-    /// per call, so it never wraps).
-    const CLOSED: usize = usize::MAX / 2;
-
-    /// No round open (install time).
-    pub const fn new() -> Self {
-        StopRound { cursor: AtomicUsize::new(Self::CLOSED), pid: AtomicI32::new(0), uid: AtomicU32::new(0) }
-    }
-
-    /// Owner: opens a round over slots `from..` (the table's length at each take bounds it).
-    fn open(&self, from: usize, pid: i32, uid: u32) {
-        self.pid.store(pid, Ordering::Relaxed);
-        self.uid.store(uid, Ordering::Relaxed);
-        self.cursor.store(from, Ordering::SeqCst);
-    }
-
-    /// Owner: closes the round once it took its last index (slots taken by others are sent by them).
-    fn close(&self) {
-        self.cursor.store(Self::CLOSED, Ordering::SeqCst);
-    }
-
-    /// Takes the next slot index of the open round, below `len`; `None` when the round is over or closed.
-    fn take(&self, len: usize) -> Option<usize> {
-        let i = self.cursor.fetch_add(1, Ordering::SeqCst);
-        (i < len.min(Self::CLOSED)).then_some(i)
-    }
-}
-
-impl Default for StopRound {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 // SAFETY: after install the shared fields are read-only or atomics; `chain` and the `RawBuf`s are used only by the
@@ -573,7 +522,6 @@ pub unsafe extern "C" fn stop_handler(_sig: libc::c_int, info: *mut libc::siginf
             if table.answer() {
                 sys::futex_wake(&table.answers, 1);
             }
-            send_stops(st);
             if !wait_release(st, gen) {
                 // Going on unreleased: not while the owner reads this stack with plain loads (bounded by one
                 // more release timeout; a walk only reads memory and ends within milliseconds).
@@ -716,21 +664,12 @@ fn expire_blockers(st: &State, first: &[u64; BLOCK_BITS / 64]) {
     }
 }
 
-/// Sends the stop signal to every pending thread from slot `from` on, together with the threads that answer
-/// meanwhile ([`StopRound`]); marks those that could not be reached.
+/// Sends the stop signal to every pending thread from slot `from` on; marks those it could not reach.
 fn stop_pending(st: &State, pid: i32, from: usize) {
-    st.round.open(from, pid, sys::getuid());
-    send_stops(st);
-    st.round.close();
-}
-
-/// Takes slots of the open stop round and sends each pending one the stop signal, until the round is over. Run by
-/// the owner and by every stopped thread right after it answered. Signal-safe.
-fn send_stops(st: &State) {
     let table = &st.core.threads;
-    let (pid, uid) = (st.round.pid.load(Ordering::Relaxed), st.round.uid.load(Ordering::Relaxed));
-    while let Some(i) = st.round.take(table.len()) {
-        let Some(s) = table.slot(i) else { break };
+    let uid = sys::getuid();
+    for i in from..table.len() {
+        let Some(s) = table.slot(i) else { continue };
         if s.state() == PENDING {
             // The slot index travels with the signal, so the thread finds its slot without a search.
             if let Err(e) = sys::queue_to_thread(pid, uid, s.tid(), st.stop_signal, i) {
@@ -900,38 +839,5 @@ mod tests {
         assert!(user_sent(libc::SI_TKILL));
         assert!(user_sent(libc::SI_QUEUE));
         assert!(!user_sent(0x80)); // SI_KERNEL
-    }
-
-    /// Every slot index of a round is taken exactly once however many threads take at the same time, nothing past
-    /// the table's length, and nothing once the round is closed (or before it opens).
-    #[test]
-    fn a_stop_round_hands_out_each_slot_once() {
-        let round: &'static StopRound = Box::leak(Box::new(StopRound::new()));
-        assert_eq!(round.take(10), None, "no round open at install");
-        for len in [0usize, 1, 7, 300] {
-            round.open(2.min(len), 1, 0);
-            let takers: Vec<_> = (0..4)
-                .map(|_| {
-                    std::thread::spawn(move || {
-                        let mut got = Vec::new();
-                        while let Some(i) = round.take(len) {
-                            got.push(i);
-                        }
-                        got
-                    })
-                })
-                .collect();
-            let mut all: Vec<usize> = takers.into_iter().flat_map(|t| t.join().expect("taker")).collect();
-            all.sort_unstable();
-            assert_eq!(all, (2.min(len)..len).collect::<Vec<_>>(), "len {len}");
-            round.close();
-            assert_eq!(round.take(len), None, "closed");
-        }
-        // A second round over newcomers starts where the owner says, after the first ran dry.
-        round.open(5, 1, 0);
-        assert_eq!(round.take(7), Some(5));
-        assert_eq!(round.take(7), Some(6));
-        assert_eq!(round.take(7), None);
-        round.close();
     }
 }
