@@ -140,7 +140,9 @@ impl<'a> ProcessVmReader<'a> {
             self.read_run(base, start, run)
         };
         for k in 0..run {
-            let (Some(tag), Some(b)) = (self.tags.get_mut(slot.saturating_add(k)), base.checked_add((k as u64).saturating_mul(BLOCK as u64))) else {
+            let (Some(tag), Some(b)) =
+                (self.tags.get_mut(slot.saturating_add(k)), base.checked_add((k as u64).saturating_mul(BLOCK as u64)))
+            else {
                 break;
             };
             *tag = if k < got { b } else { EMPTY };
@@ -159,10 +161,9 @@ impl<'a> ProcessVmReader<'a> {
         let mut remote = [libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 }; READ_AHEAD];
         let mut n = 0usize;
         for (k, (l, r)) in local.iter_mut().zip(remote.iter_mut()).take(run).enumerate() {
-            let (Some(from), Some(at)) = (
-                start.checked_add(k.saturating_mul(BLOCK)),
-                base.checked_add((k as u64).saturating_mul(BLOCK as u64)),
-            ) else {
+            let (Some(from), Some(at)) =
+                (start.checked_add(k.saturating_mul(BLOCK)), base.checked_add((k as u64).saturating_mul(BLOCK as u64)))
+            else {
                 break;
             };
             let Some(dst) = self.cache.get_mut(from..from.saturating_add(BLOCK)) else { break };
@@ -176,7 +177,9 @@ impl<'a> ProcessVmReader<'a> {
         // SAFETY: each local iovec describes a distinct BLOCK-sized part of `self.cache`, valid for writes; the
         // kernel validates the remote ranges and stops at the first unreadable one (or returns EFAULT for the
         // first) instead of faulting.
-        let r = unsafe { libc::process_vm_readv(self.pid, local.as_ptr(), n as libc::c_ulong, remote.as_ptr(), n as libc::c_ulong, 0) };
+        let r = unsafe {
+            libc::process_vm_readv(self.pid, local.as_ptr(), n as libc::c_ulong, remote.as_ptr(), n as libc::c_ulong, 0)
+        };
         if r <= 0 {
             return 0;
         }
