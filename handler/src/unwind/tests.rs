@@ -194,7 +194,14 @@ fn run_opts(
         let mut tr = vec![0u8; cap];
         let mut reps = vec![Repeat::default(); 8];
         let before = p.reads;
-        let o = walk(regs, p, &code, opts, known, WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps, rules });
+        let o = walk(
+            regs,
+            p,
+            &code,
+            opts,
+            known,
+            WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps, rules },
+        );
         (frames[..o.frames].to_vec(), tr[..o.frames].to_vec(), reps[..o.repeats].to_vec(), o, p.reads - before)
     };
     let (f, t, r, o, cold_reads) = once(p, &mut rules);
@@ -674,7 +681,11 @@ mod swift_async_chains {
         // comes from lr): the tagged fp comes back from F's record through the table, not the frame-pointer step.
         let (mut p, r) = process();
         let info = unwind_info_regular(
-            &[(0x2000, compact::ARM64_MODE_FRAME), (0x3000, compact::ARM64_MODE_FRAME), (0x4000, compact::ARM64_MODE_FRAME)],
+            &[
+                (0x2000, compact::ARM64_MODE_FRAME),
+                (0x3000, compact::ARM64_MODE_FRAME),
+                (0x4000, compact::ARM64_MODE_FRAME),
+            ],
             0x4100,
         );
         p.regions.insert(0x40_9000, info.clone());

@@ -11,9 +11,7 @@
 
 use super::mach;
 
-use crate::platform::darwin::crash::crash_info::{self, CrashInfoString};
 use crate::arch::pac::PacStrip;
-use crate::platform::darwin::crash::ports::SavedPorts;
 use crate::crash::actions::SavedActions;
 use crate::crash::capture::{self, Backend, Core, CrashRecord, Facts, NOTE_OVERFLOW};
 use crate::crash::hooks::{self, CrashEvent};
@@ -21,6 +19,8 @@ use crate::crash::images::{ImageList, ImageTable};
 use crate::crash::raw_buf::RawBuf;
 use crate::crash::reentrancy::CrashGate;
 use crate::crash::threads::{SlotData, ThreadTable, CAPTURED, NOT_CAPTURED};
+use crate::platform::darwin::crash::crash_info::{self, CrashInfoString};
+use crate::platform::darwin::crash::ports::SavedPorts;
 use crate::unwind::WalkOptions;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use report_format::encode::Message;
@@ -259,8 +259,11 @@ impl Backend for Owner {
                 // The crashed thread's saved state is its fault state (it waits in exception delivery), except on
                 // the signal path, where the crashed thread is this one: then the signal's ucontext is the truth.
                 let from_record = (crashed && !rec.regs.set.is_empty()).then_some(rec.regs);
-                let regs =
-                    if port == who.self_port { from_record } else { mach::registers(port, st.pac, crashed).or(from_record) };
+                let regs = if port == who.self_port {
+                    from_record
+                } else {
+                    mach::registers(port, st.pac, crashed).or(from_record)
+                };
                 found_crashed |= crashed;
                 match regs {
                     Some(r) => {

@@ -58,16 +58,7 @@ struct QueuedInfo {
 /// `si_code = SI_QUEUE`, `si_uid = uid`; the handler reads `value` as `si_value`); where that call is missing (`ENOSYS`: old kernels,
 /// some emulators) it is a plain [`tgkill`], without the value. `Err(errno)` on failure.
 pub fn queue_to_thread(pid: i32, uid: u32, tid: u64, sig: i32, value: usize) -> Result<(), i32> {
-    let info = QueuedInfo {
-        signo: sig,
-        errno: 0,
-        code: libc::SI_QUEUE,
-        _pad: 0,
-        pid,
-        uid,
-        value,
-        _rest: [0; 12],
-    };
+    let info = QueuedInfo { signo: sig, errno: 0, code: libc::SI_QUEUE, _pad: 0, pid, uid, value, _rest: [0; 12] };
     // SAFETY: `info` is a 128-byte siginfo the kernel copies in; plain integer arguments otherwise.
     let r =
         unsafe { libc::syscall(libc::SYS_rt_tgsigqueueinfo, pid, tid as libc::pid_t, sig, core::ptr::from_ref(&info)) };
