@@ -24,8 +24,9 @@ pub(crate) fn leak_bytes(b: &[u8]) -> &'static [u8] {
 }
 
 /// Creates the report directory (with parents, mode 0700: reports hold memory contents of the app), opens it, and
-/// checks that files can be created in it; returns the directory descriptor the crash path writes into (report
-/// files are created 0600). Install time.
+/// checks that files can be created in it; reserves the first report's file there when `reserve_bytes` is not 0
+/// ([`reserve_report_file`]; a failed reservation only means reports are created after the fault); returns the
+/// directory descriptor the crash path writes into (report files are created 0600). Install time.
 ///
 /// The check is `faccessat(".", W_OK | X_OK, AT_EACCESS)` (a clear `EACCES` / `EROFS` for the common cases)
 /// followed by a real probe: creating `.install-probe-<pid>.tmp` (`O_CREAT | O_EXCL`) and unlinking it. The probe
@@ -39,7 +40,7 @@ pub(crate) fn leak_bytes(b: &[u8]) -> &'static [u8] {
 /// path with a NUL byte.
 #[cfg(unix)]
 #[allow(unsafe_code)]
-pub(crate) fn open_report_dir(dir: &Path) -> Result<i32, InstallError> {
+pub(crate) fn open_report_dir(dir: &Path, reserve_bytes: usize) -> Result<i32, InstallError> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
@@ -54,12 +55,74 @@ pub(crate) fn open_report_dir(dir: &Path) -> Result<i32, InstallError> {
     if fd < 0 {
         return Err(InstallError::ReportDir(std::io::Error::last_os_error().to_string()));
     }
-    if let Err(errno) = check_writable(fd) {
+    // A reservation made proves that files can be created; without one, the probe does.
+    let reserved = reserve_bytes > 0 && reserve_report_file(fd, reserve_bytes).is_ok();
+    if let Err(errno) = if reserved { Ok(()) } else { check_writable(fd) } {
         // SAFETY: closing the descriptor opened above.
         unsafe { libc::close(fd) };
         return Err(InstallError::ReportDirNotWritable { path: dir.to_path_buf(), errno });
     }
     Ok(fd)
+}
+
+/// Reserves the first report's file in the report directory `dir_fd` (install time; see
+/// `Config::reserved_report_bytes`): creates `.<pid hex>-<time hex>.reserved` (0600, `O_EXCL`), takes an exclusive
+/// `flock` on it for the life of the process (the reporter leaves a locked reservation alone), writes `bytes` zeros
+/// so its blocks get allocated (on Linux, writeback is started at once with `sync_file_range`, without waiting),
+/// and hands it to the crash path (`crash::writer::set_reserved`). No `fsync`: it would cost launch time, and the
+/// file system commits the file within seconds anyway (a crash before that still gets its report, only slower).
+///
+/// # Errors
+/// The `errno` of the failing call; the file is then removed and nothing is reserved.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+pub(crate) fn reserve_report_file(dir_fd: i32, bytes: usize) -> Result<(), i32> {
+    let last_errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+    let pid = std::process::id();
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let name = format!(".{pid:x}-{:x}.reserved", nanos & u128::from(u64::MAX));
+    let c = std::ffi::CString::new(name.clone()).map_err(|_| libc::EINVAL)?;
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+    // SAFETY: `c` is NUL-terminated and outlives the call.
+    let fd = unsafe { libc::openat(dir_fd, c.as_ptr(), flags, 0o600 as libc::c_uint) };
+    if fd < 0 {
+        return Err(last_errno());
+    }
+    let fail = |e: i32| {
+        // SAFETY: closing and removing the file created just above, which nothing else uses.
+        unsafe {
+            libc::close(fd);
+            libc::unlinkat(dir_fd, c.as_ptr(), 0);
+        }
+        Err(e)
+    };
+    // SAFETY: `fd` is open; flock has no memory arguments.
+    if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return fail(last_errno());
+    }
+    let zeros = vec![0u8; bytes.min(1 << 20)];
+    let mut at = 0usize;
+    while at < bytes {
+        let n = zeros.len().min(bytes - at);
+        let off = libc::off_t::try_from(at).map_err(|_| libc::EFBIG)?;
+        // SAFETY: `zeros` holds at least `n` bytes; `fd` is open for writing.
+        let w = unsafe { libc::pwrite(fd, zeros.as_ptr().cast(), n, off) };
+        match usize::try_from(w) {
+            Ok(w) if w > 0 => at += w,
+            _ if last_errno() == libc::EINTR => {}
+            _ => return fail(if w == 0 { libc::ENOSPC } else { last_errno() }),
+        }
+    }
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    // SAFETY: `fd` is open; no memory arguments. Starts writeback of the zeros (block allocation) without waiting.
+    unsafe {
+        libc::sync_file_range(fd, 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+    }
+    let Ok(pid) = i32::try_from(pid) else { return fail(libc::EINVAL) };
+    if !crate::crash::writer::set_reserved(fd, pid, name.as_bytes()) {
+        return fail(libc::ENAMETOOLONG);
+    }
+    Ok(())
 }
 
 /// Whether files can be created in directory `dir_fd` (see [`open_report_dir`]); `Err(errno)` when not.

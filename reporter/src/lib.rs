@@ -295,6 +295,7 @@ impl Builder {
         };
         let store = Store::open(&self.dir)?;
         store.recover_stale_claims()?;
+        store.sweep_reserved()?;
         store.sweep_torn()?;
         store.enforce_limit(self.limits.max_pending)?;
 

@@ -21,7 +21,14 @@
 //! Temporary files the handler leaves when it dies mid-write (anything in `pending/` not ending in `.crashreport`, older
 //! than [`TORN_AFTER`]) are torn reports: one that still starts with the report magic is renamed to
 //! `torn-<name>.crashreport` in `pending/`, so it is uploaded (the collector stores damaged reports flagged and the
-//! viewer salvages what was written); anything else is set aside as damaged. Nothing is deleted.
+//! viewer salvages what was written); anything else is set aside as damaged. Nothing that holds a report is
+//! deleted.
+//!
+//! Reserved report files (`.<pid>-<time>.reserved`, `handler::crash::writer::RESERVED_SUFFIX`): the handler creates
+//! one at install, full of zeros and `flock`ed for the life of its process, and the first crash writes its report
+//! into it and renames it. [`Store::sweep_reserved`] leaves one alone while its lock is held; once its process is
+//! gone, one still all zeros was never used and is deleted, and one holding a report (the rename did not reach the
+//! disk) is cut after its end marker and kept as a pending report.
 
 use report_format::Decoded;
 use serde::{Deserialize, Serialize};
@@ -38,6 +45,8 @@ pub const REPORT_SUFFIX: &str = report_format::framing::FILE_SUFFIX;
 pub const STALE_CLAIM: Duration = Duration::from_secs(10 * 60);
 /// A temporary file in `pending/` older than this is a torn write, not one in progress.
 pub const TORN_AFTER: Duration = Duration::from_secs(60);
+/// File-name suffix of the report file the handler reserves at install (`handler::crash::writer::RESERVED_SUFFIX`).
+pub const RESERVED_SUFFIX: &str = ".reserved";
 
 /// A report waiting in `pending/`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,6 +110,17 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
         f.sync_all()?;
     }
     fs::rename(&tmp, path)
+}
+
+/// How much of a reserved report file is the report: up to the end of its end section when it has one, else up to
+/// its last non-zero byte (a torn report; the zeros after it are the reservation's, never written).
+fn reserved_report_len(bytes: &[u8]) -> u64 {
+    let end = report_format::decode(bytes).ok().and_then(|d| {
+        let s = d.sections.iter().rev().find(|s| s.kind == report_format::framing::SectionKind::End)?;
+        s.offset.checked_add(report_format::framing::SECTION_HEADER_LEN)?.checked_add(usize::try_from(s.len).ok()?)
+    });
+    let len = end.unwrap_or_else(|| bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1));
+    len as u64
 }
 
 fn now_ms() -> u64 {
@@ -233,7 +253,7 @@ impl Store {
         for e in fs::read_dir(self.pending_dir())? {
             let e = e?;
             let Ok(name) = e.file_name().into_string() else { continue };
-            if name.ends_with(&REPORT_SUFFIX) && !name.starts_with('.') {
+            if (name.ends_with(&REPORT_SUFFIX) && !name.starts_with('.')) || name.ends_with(RESERVED_SUFFIX) {
                 continue;
             }
             let old = e.metadata().and_then(|m| m.modified()).ok().and_then(|m| m.elapsed().ok());
@@ -252,6 +272,50 @@ impl Store {
             }
         }
         Ok(n)
+    }
+
+    /// Handles the report files the handler reserved at install in `pending/` (see the module docs) whose process
+    /// is gone, which [`Store::sweep_torn`] leaves alone: one still all zeros is deleted (never used); one that
+    /// starts with the report magic is cut after its end marker (or after its last non-zero byte when it has none:
+    /// a torn report) and becomes `pending/<name>.crashreport`; anything else is set aside as damaged. A
+    /// reservation whose process still holds its `flock` (that process is alive) is left alone. Returns how many
+    /// were handled.
+    ///
+    /// # Errors
+    /// I/O errors listing `pending/` or moving a file.
+    pub fn sweep_reserved(&self) -> io::Result<usize> {
+        let mut n = 0;
+        for e in fs::read_dir(self.pending_dir())? {
+            let e = e?;
+            let Ok(name) = e.file_name().into_string() else { continue };
+            if name.ends_with(RESERVED_SUFFIX) && self.take_reserved(&e.path(), &name)? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// [`Store::sweep_reserved`] for one file; `false` when it is still locked (its process is alive).
+    fn take_reserved(&self, path: &Path, name: &str) -> io::Result<bool> {
+        let Ok(file) = fs::File::options().read(true).write(true).open(path) else { return Ok(false) };
+        #[cfg(unix)]
+        let file = match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => locked,
+            Err(_) => return Ok(false),
+        };
+        let bytes = fs::read(path)?;
+        let stem = name.trim_start_matches('.').trim_end_matches(RESERVED_SUFFIX);
+        if bytes.iter().all(|b| *b == 0) {
+            fs::remove_file(path)?;
+        } else if bytes.starts_with(&report_format::framing::MAGIC[..4]) {
+            file.set_len(reserved_report_len(&bytes))?;
+            file.sync_all()?;
+            fs::rename(path, self.pending_dir().join(format!("reserved-{stem}{REPORT_SUFFIX}")))?;
+        } else {
+            let why = "a reserved report file holding neither zeros nor a report";
+            self.move_aside(path, "damaged", &format!("reserved-{stem}{REPORT_SUFFIX}"), why)?;
+        }
+        Ok(true)
     }
 
     /// Keeps at most `max` reports in `pending/`: the oldest beyond that are deleted, and each drop is recorded in
@@ -449,6 +513,44 @@ mod tests {
         let why = fs::read_to_string(s.root().join("damaged/torn-junk.tmp.crashreport.why")).expect("why");
         assert!(why.contains("torn write"));
         assert!(s.pending_dir().join(".fresh.tmp").exists(), "a write in progress is left alone");
+    }
+
+    /// Reservations of ended processes: an unused one is deleted, a used one (a report and the reservation's
+    /// zeros) keeps exactly the report, a torn one is cut after its last written byte, junk is set aside; one
+    /// whose process holds its lock is left alone, whatever it holds.
+    #[test]
+    #[cfg(unix)]
+    fn reserved_files_of_ended_processes_are_taken_or_deleted_and_live_ones_left_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = Store::open(dir.path()).expect("open");
+        let report = report_format::owned::to_bytes(&report_format::Report::default()).expect("encode");
+        let padded = |b: &[u8]| [b, &[0u8; 4096][..]].concat();
+        let p = |n: &str| s.pending_dir().join(n);
+        fs::write(p(".1-a.reserved"), [0u8; 65536]).expect("write");
+        fs::write(p(".2-b.reserved"), padded(&report)).expect("write");
+        fs::write(p(".3-c.reserved"), padded(&report[..report.len() - 30])).expect("write");
+        fs::write(p(".4-d.reserved"), padded(b"junk")).expect("write");
+        fs::write(p(".5-e.reserved"), padded(&report)).expect("write");
+        let live = fs::File::options().read(true).write(true).open(p(".5-e.reserved")).expect("open");
+        let live = nix::fcntl::Flock::lock(live, nix::fcntl::FlockArg::LockExclusiveNonblock).expect("lock");
+
+        assert_eq!(s.sweep_reserved().expect("sweep"), 4);
+        assert!(!p(".1-a.reserved").exists(), "an unused reservation is deleted");
+        assert_eq!(fs::read(p("reserved-2-b.crashreport")).expect("used"), report, "the report, without the zeros");
+        assert_eq!(fs::read(p("reserved-3-c.crashreport")).expect("torn"), report[..report.len() - 30]);
+        assert_eq!(s.list("damaged").expect("list"), vec!["reserved-4-d.crashreport".to_string()]);
+        assert_eq!(fs::read(p(".5-e.reserved")).expect("live"), padded(&report), "a live reservation is untouched");
+        // sweep_torn leaves reservations to sweep_reserved, however old.
+        fs::File::options()
+            .write(true)
+            .open(p(".5-e.reserved"))
+            .expect("open")
+            .set_modified(SystemTime::now() - Duration::from_secs(3600))
+            .expect("mtime");
+        assert_eq!(s.sweep_torn().expect("sweep"), 0);
+        drop(live);
+        assert_eq!(s.sweep_reserved().expect("sweep"), 1, "taken once its process is gone");
+        assert!(p("reserved-5-e.crashreport").exists());
     }
 
     #[test]

@@ -666,10 +666,32 @@ crash_test!(
     }
 );
 
-/// A disk that fills up (here: `RLIMIT_FSIZE` of 24 bytes, lowered by the crash hook, so writes fail with `EFBIG`)
-/// before the head sections (file header, META, EXCEPTION) are on disk: no file is committed as a report, and the
-/// temporary file is removed (a headerless file would be taken for a finished report). The process still dies by
-/// its signal, without allocating.
+/// The first report of a process is written into the file the handler reserved at install (the same inode): no
+/// file is created after the fault, nothing of the reservation is left behind, and the file holds exactly the
+/// report (the reservation's zeros beyond it are cut), intact.
+#[test]
+fn the_first_report_is_written_into_the_file_reserved_at_install() {
+    use std::os::unix::fs::MetadataExt;
+    let base = tempfile::tempdir().expect("tempdir");
+    let run = run(client(), "null_deref", base.path(), LIMIT);
+    let ctx = format!("stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    let reserved: Vec<u64> =
+        run.stdout.lines().filter_map(|l| l.strip_prefix("RESERVED ")).filter_map(|n| n.parse().ok()).collect();
+    assert_eq!(reserved.len(), 1, "one reservation after install; {ctx}");
+    assert_eq!(run.signal, Some(SIGSEGV), "{ctx}");
+    assert_eq!(run.count("all_allocs"), Some(0), "{ctx}");
+    assert_eq!(run.reports.len(), 1, "{ctx}");
+    assert!(run.leftovers.is_empty(), "files left: {:?}; {ctx}", run.leftovers);
+    let ino = std::fs::metadata(&run.reports[0]).expect("report").ino();
+    assert_eq!(ino, reserved[0], "the report is the reserved file, renamed; {ctx}");
+    let d = report_format::decode(&std::fs::read(&run.reports[0]).expect("read")).expect("decodes");
+    assert!(d.is_intact(), "{:?}; {ctx}", d.problems);
+}
+
+/// A disk that fills up (here: `RLIMIT_FSIZE` of 24 bytes, lowered by the crash hook, so writes fail with `EFBIG`;
+/// the limit applies to every write past it, so inside the reserved file too) before the head sections (file
+/// header, META, EXCEPTION) are on disk: no file is committed as a report, and the file is removed (a headerless
+/// file would be taken for a finished report). The process still dies by its signal, without allocating.
 #[test]
 fn disk_full_before_the_head_is_written_commits_nothing() {
     let base = tempfile::tempdir().expect("tempdir");

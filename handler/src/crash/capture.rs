@@ -26,7 +26,7 @@ use crate::crash::images::ImageList;
 use crate::crash::raw_buf::RawBuf;
 use crate::crash::reason;
 use crate::crash::threads::ThreadTable;
-use crate::crash::writer::{self, FdSink, ReportHead, ReportNames, WorkBuffers};
+use crate::crash::writer::{self, FdSink, FileKind, ReportHead, ReportNames, WorkBuffers};
 use crate::unwind::{MemoryReader, Repeat, RuleCache, WalkOptions};
 use core::cell::UnsafeCell;
 use report_format::encode::{Exception, Message, Meta, Os, Process};
@@ -263,8 +263,7 @@ pub fn run<B: Backend>(core: &Core, backend: &mut B, rec: &mut CrashRecord) -> b
     discard_temp(core, rec);
     let facts = backend.facts();
     let id = report_id(&facts, rec.tid);
-    let names = ReportNames::new(&id);
-    let fd = writer::create_temp(core.dir_fd, &names).ok();
+    let (fd, names, kind) = open_report(core, &facts, &id);
     if fd.is_some() {
         rec.temp = Some(names);
     }
@@ -296,7 +295,18 @@ pub fn run<B: Backend>(core: &Core, backend: &mut B, rec: &mut CrashRecord) -> b
         let _ = s.flush();
     }
     hooks::call(CrashEvent::ReportWritten, rec.tid);
-    finish(core, rec, fd, names)
+    finish(core, rec, fd, names, kind)
+}
+
+/// The file for report `id`: the reservation made at install when this process still has it, else a new
+/// temporary file; `None` when neither can be had. Signal-safe.
+fn open_report(core: &Core, facts: &Facts, id: &[u8; 16]) -> (Option<i32>, ReportNames, FileKind) {
+    let pid = i32::try_from(facts.pid).unwrap_or(-1);
+    if let Some((fd, name)) = writer::take_reserved(pid) {
+        return (Some(fd), ReportNames::with_temp(id, &name), FileKind::Reserved);
+    }
+    let names = ReportNames::new(id);
+    (writer::create_temp(core.dir_fd, &names).ok(), names, FileKind::Created)
 }
 
 /// The backend's messages, then the [`reason::Snapshot`]'s, into `out`; how many. Pure.
@@ -319,8 +329,8 @@ pub fn write_minimal<B: Backend>(core: &Core, backend: &B, rec: &mut CrashRecord
     let Some((write_buf, bufs)) = (unsafe { core.work() }) else { return false };
     let facts = backend.facts();
     let id = report_id(&facts, rec.tid);
-    let names = ReportNames::new(&id);
-    let Ok(fd) = writer::create_temp(core.dir_fd, &names) else { return false };
+    let (fd, names, kind) = open_report(core, &facts, &id);
+    let Some(fd) = fd else { return false };
     rec.temp = Some(names);
     let h = head(&core.text, rec, id, &facts, NOTE_MINIMAL, &[]);
     let sink = FdSink::new(fd, write_buf);
@@ -330,12 +340,12 @@ pub fn write_minimal<B: Backend>(core: &Core, backend: &B, rec: &mut CrashRecord
     {
         let _ = s.flush();
     }
-    finish(core, rec, fd, names)
+    finish(core, rec, fd, names, kind)
 }
 
 /// Commits `fd` under `names`; records the result in `rec`.
-fn finish(core: &Core, rec: &mut CrashRecord, fd: i32, names: ReportNames) -> bool {
-    let ok = writer::commit(core.dir_fd, fd, &names).is_ok();
+fn finish(core: &Core, rec: &mut CrashRecord, fd: i32, names: ReportNames, kind: FileKind) -> bool {
+    let ok = writer::commit(core.dir_fd, fd, &names, kind).is_ok();
     rec.temp = None;
     if ok {
         rec.committed = Some(names);

@@ -7,8 +7,12 @@
 //! list) for each frame's image, which also marks the image as used in a preallocated bitset. Registers of the
 //! crashed thread mark their images too. Threads other than the crashed one keep only pc, sp, fp (and lr on arm64).
 //!
-//! POSIX only (`write`, `fsync`, `openat`, `renameat`, `close` are async-signal-safe per POSIX.1-2017 §2.4.3), so
-//! Linux and Apple share it. Never allocates, locks or panics.
+//! The first report of a process goes into the file reserved at install ([`take_reserved`]): created, filled with
+//! zeros and locked then, so the crash writes into blocks already allocated, `fdatasync`s once and renames, with
+//! no file creation and no directory `fsync` after the fault ([`commit`]).
+//!
+//! POSIX only (`write`, `fsync`, `fdatasync`, `ftruncate`, `openat`, `renameat`, `close` are async-signal-safe per
+//! POSIX.1-2017 §2.4.3), so Linux and Apple share it. Never allocates, locks or panics.
 #![allow(unsafe_code)]
 
 use crate::arch::MAX_REGS;
@@ -18,7 +22,7 @@ use crate::crash::threads::{ThreadTable, CAPTURED, LEFT};
 use crate::crash::user_table::{self, Snapshot};
 use crate::unwind::{self, MemoryReader, Repeat, RuleCache, WalkOptions};
 use core::cell::Cell;
-use core::sync::atomic::{AtomicI32, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 use report_format::encode::{
     frame_registers, EncodeError, Encoder, Exception, ImageLookup, IndexedImage, KeyValue, Message, Meta, Sink,
     SinkError, Thread,
@@ -30,6 +34,10 @@ pub const REPORT_SUFFIX: &[u8] = report_format::framing::FILE_SUFFIX.as_bytes();
 pub const TEMP_PREFIX: &[u8] = b".";
 /// Suffix of a report still being written.
 pub const TEMP_SUFFIX: &[u8] = b".tmp";
+/// Suffix of the report file reserved at install (`.<pid hex>-<time hex>.reserved`, zeros until a crash writes
+/// into it). The reporter leaves a reservation alone while its process holds the `flock` taken at install; once
+/// that process is gone it deletes an unused one and takes a used one as a report (`reporter::store`).
+pub const RESERVED_SUFFIX: &[u8] = b".reserved";
 
 /// A [`Sink`] that buffers into a preallocated buffer and writes to a file descriptor with `write(2)`.
 #[derive(Debug)]
@@ -147,6 +155,12 @@ impl ReportNames {
         ReportNames { temp, fin }
     }
 
+    /// Names for report id `id` written into an existing file named `temp` (NUL-terminated), such as the
+    /// reservation of [`take_reserved`]; the final name is `<hex>.crashreport` as with [`ReportNames::new`].
+    pub fn with_temp(id: &[u8; 16], temp: &[u8; 64]) -> Self {
+        ReportNames { temp: *temp, ..ReportNames::new(id) }
+    }
+
     /// The temporary name (NUL-terminated).
     pub fn temp(&self) -> &[u8; 64] {
         &self.temp
@@ -214,6 +228,71 @@ pub fn release_spare_fd() -> bool {
     false
 }
 
+/// The report file reserved at install: its descriptor (-1: none, or taken), the pid that reserved it and its name
+/// (NUL-terminated). The name is written before the descriptor is published (release) and read after the
+/// descriptor is taken (acquire).
+static RESERVED_FD: AtomicI32 = AtomicI32::new(-1);
+static RESERVED_PID: AtomicI32 = AtomicI32::new(0);
+static RESERVED_NAME: [AtomicU8; 64] = [const { AtomicU8::new(0) }; 64];
+
+/// Install time: hands the crash path the report file reserved in the report directory: `fd` (open for reading and
+/// writing at offset 0, its blocks written), created by process `pid` under `name` (at most 63 bytes, no NUL).
+/// A reservation already set is replaced and its descriptor closed (its file is the caller's to remove). Returns
+/// `false` (and sets nothing) when the name is too long.
+pub fn set_reserved(fd: i32, pid: i32, name: &[u8]) -> bool {
+    if name.len() >= RESERVED_NAME.len() || name.contains(&0) {
+        return false;
+    }
+    for (i, slot) in RESERVED_NAME.iter().enumerate() {
+        slot.store(name.get(i).copied().unwrap_or(0), Ordering::Relaxed);
+    }
+    RESERVED_PID.store(pid, Ordering::Relaxed);
+    let old = RESERVED_FD.swap(fd, Ordering::AcqRel);
+    if old >= 0 {
+        // SAFETY: the replaced reservation's descriptor is ours; nobody else uses it.
+        unsafe { libc::close(old) };
+    }
+    true
+}
+
+/// Takes the report file reserved at install, once: its descriptor (at offset 0) and name (NUL-terminated).
+/// `None` when there is none, it was taken already, or `pid` is not the process that reserved it (a child after
+/// `fork` shares the descriptor with its parent and must not write into the parent's reservation).
+///
+/// Signal-safe: atomics only.
+pub fn take_reserved(pid: i32) -> Option<(i32, [u8; 64])> {
+    if RESERVED_PID.load(Ordering::Relaxed) != pid {
+        return None;
+    }
+    let fd = RESERVED_FD.swap(-1, Ordering::AcqRel);
+    if fd < 0 {
+        return None;
+    }
+    let mut name = [0u8; 64];
+    for (d, s) in name.iter_mut().zip(RESERVED_NAME.iter()) {
+        *d = s.load(Ordering::Relaxed);
+    }
+    Some((fd, name))
+}
+
+/// Uninstall: closes the reservation's descriptor and removes its file from `dir_fd`, unless a crash took it.
+pub fn release_reserved(dir_fd: i32) {
+    let fd = RESERVED_FD.swap(-1, Ordering::AcqRel);
+    if fd < 0 {
+        return;
+    }
+    let mut name = [0u8; 64];
+    for (d, s) in name.iter_mut().zip(RESERVED_NAME.iter()) {
+        *d = s.load(Ordering::Relaxed);
+    }
+    // SAFETY: `fd` was the reservation's (the swap made it ours alone); `name` is NUL-terminated (63 bytes at most
+    // were stored).
+    unsafe {
+        libc::close(fd);
+        libc::unlinkat(dir_fd, name.as_ptr().cast(), 0);
+    }
+}
+
 /// Runs `open` (an `open`/`openat` returning a descriptor or -1 with `errno`); when it fails for lack of
 /// descriptors (`EMFILE`: the process limit, `ENFILE`: the system's), closes a spare ([`release_spare_fd`]) and
 /// tries again, at most once per spare. Returns the descriptor or `Err(errno)`. Signal-safe if `open` is.
@@ -252,9 +331,22 @@ pub fn create_temp(dir_fd: i32, names: &ReportNames) -> Result<i32, i32> {
     })
 }
 
-/// Makes the report durable and visible, but only a report that says what crashed: `fsync` the file, check that
-/// it starts with a valid file header followed by intact META and EXCEPTION sections (read back from the file,
-/// every header and payload CRC checked), close it, `renameat` it to its final name, `fsync` the directory.
+/// How a report file came to be, which decides how [`commit`] makes it durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    /// Created after the fault ([`create_temp`]): `fsync` the file, rename, `fsync` the directory.
+    Created,
+    /// The reservation of [`take_reserved`]: its blocks and its directory entry were made at install, so
+    /// `fdatasync` writes the data alone; the zeros beyond the report are cut (`ftruncate`) and the file renamed,
+    /// without a directory `fsync`. Until the file system commits the rename (seconds), a power loss leaves the
+    /// report durable under the reserved name, where the reporter finds it.
+    Reserved,
+}
+
+/// Makes the report durable and visible, but only a report that says what crashed: `fsync` (`fdatasync` for a
+/// reservation) the file, check that it starts with a valid file header followed by intact META and EXCEPTION
+/// sections (read back from the file, every header and payload CRC checked), close it, `renameat` it to its final
+/// name, and for a [`FileKind::Created`] file `fsync` the directory.
 ///
 /// A file whose head is missing or damaged (the disk filled up, `ENOSPC`, or the file size limit was hit, `EFBIG`,
 /// before META and EXCEPTION were written, or `fsync` failed) is **unlinked**: it holds nothing a reader could use,
@@ -262,17 +354,26 @@ pub fn create_temp(dir_fd: i32, names: &ReportNames) -> Result<i32, i32> {
 /// full disk, freeing its blocks also helps the next report. A file whose head is durable is committed even when
 /// later writes failed: the reader decodes its intact sections and says what is missing.
 ///
-/// Signal-safe: `fsync`, `lseek`, `read`, `close`, `renameat`, `unlinkat` (POSIX.1-2017 §2.4.3) and CRC-32
-/// arithmetic on a 256-byte stack buffer (crc32fast's CPU feature detection ran at install).
+/// Signal-safe: `fsync`, `fdatasync`, `ftruncate`, `lseek`, `read`, `close`, `renameat`, `unlinkat` (POSIX.1-2017
+/// §2.4.3) and CRC-32 arithmetic on a 256-byte stack buffer (crc32fast's CPU feature detection ran at install).
 ///
 /// # Errors
 /// The `errno` of the first call that failed; `EIO` when the head is missing or damaged.
-pub fn commit(dir_fd: i32, fd: i32, names: &ReportNames) -> Result<(), i32> {
+pub fn commit(dir_fd: i32, fd: i32, names: &ReportNames, kind: FileKind) -> Result<(), i32> {
     // SAFETY: plain syscalls on descriptors we own; names are NUL-terminated fixed buffers.
     unsafe {
-        let synced = libc::fsync(fd) == 0;
+        // Where the writes ended: the report's length (a reservation's zeros lie beyond it).
+        let end = libc::lseek(fd, 0, libc::SEEK_CUR);
+        let synced = match kind {
+            FileKind::Created => libc::fsync(fd) == 0,
+            FileKind::Reserved => sync_data(fd),
+        };
         let err = if synced { 0 } else { errno() };
-        let head_ok = synced && head_is_intact(fd);
+        let head_ok = synced && head_is_intact(fd, u64::try_from(end).unwrap_or(0));
+        if head_ok && kind == FileKind::Reserved && end > 0 {
+            // Not synced: if it is lost, the reporter cuts the zeros after the end marker itself.
+            libc::ftruncate(fd, end);
+        }
         libc::close(fd);
         if !head_ok {
             libc::unlinkat(dir_fd, names.temp().as_ptr().cast(), 0);
@@ -280,17 +381,39 @@ pub fn commit(dir_fd: i32, fd: i32, names: &ReportNames) -> Result<(), i32> {
         }
         if libc::renameat(dir_fd, names.temp().as_ptr().cast(), dir_fd, names.final_name().as_ptr().cast()) != 0 {
             let e = errno();
-            libc::unlinkat(dir_fd, names.temp().as_ptr().cast(), 0);
+            // A reservation keeps its data under its own name: the reporter takes it from there.
+            if kind == FileKind::Created {
+                libc::unlinkat(dir_fd, names.temp().as_ptr().cast(), 0);
+            }
             return Err(e);
         }
-        libc::fsync(dir_fd);
+        if kind == FileKind::Created {
+            libc::fsync(dir_fd);
+        }
     }
     Ok(())
 }
 
+/// `fdatasync(fd)` where the OS has it (Linux, Android); `fsync` elsewhere (Apple platforms declare no
+/// `fdatasync`, and their `fsync` does not flush the drive's cache either: `F_FULLFSYNC` would, at tens of
+/// milliseconds). `true` on success. Signal-safe.
+fn sync_data(fd: i32) -> bool {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    // SAFETY: a plain syscall on a descriptor the caller owns.
+    let r = unsafe { libc::fdatasync(fd) };
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    // SAFETY: as above.
+    let r = unsafe { libc::fsync(fd) };
+    r == 0
+}
+
 /// Reads exactly `buf.len()` bytes of `fd` at `offset` (`lseek` + `read`, retrying short reads and `EINTR`,
-/// bounded); `false` at end of file or on an error.
-fn read_at(fd: i32, offset: u64, buf: &mut [u8]) -> bool {
+/// bounded); `false` at end of file, past `limit` (bytes `limit..` are not the report's: a reservation's zeros),
+/// or on an error.
+fn read_at(fd: i32, offset: u64, buf: &mut [u8], limit: u64) -> bool {
+    if offset.checked_add(buf.len() as u64).is_none_or(|end| end > limit) {
+        return false;
+    }
     let Ok(off) = libc::off_t::try_from(offset) else { return false };
     // SAFETY: `fd` is open; lseek has no memory arguments.
     if unsafe { libc::lseek(fd, off, libc::SEEK_SET) } != off {
@@ -317,17 +440,18 @@ fn read_at(fd: i32, offset: u64, buf: &mut [u8]) -> bool {
 }
 
 /// Whether `fd` holds a valid file header, then a META section, then an EXCEPTION section, each with a valid
-/// header CRC and payload CRC (the sections every report starts with: [`write_report`], [`write_minimal_report`]).
-fn head_is_intact(fd: i32) -> bool {
+/// header CRC and payload CRC (the sections every report starts with: [`write_report`], [`write_minimal_report`]),
+/// all within its first `limit` bytes (the bytes written).
+fn head_is_intact(fd: i32, limit: u64) -> bool {
     use report_format::framing::{self, SectionKind};
     let mut fh = [0u8; framing::FILE_HEADER_LEN];
-    if !read_at(fd, 0, &mut fh) || !framing::parse_file_header(&fh).is_some_and(|h| h.crc_ok) {
+    if !read_at(fd, 0, &mut fh, limit) || !framing::parse_file_header(&fh).is_some_and(|h| h.crc_ok) {
         return false;
     }
     let mut off = framing::FILE_HEADER_LEN as u64;
     for want in [SectionKind::Meta, SectionKind::Exception] {
         let mut sh = [0u8; framing::SECTION_HEADER_LEN];
-        if !read_at(fd, off, &mut sh) {
+        if !read_at(fd, off, &mut sh, limit) {
             return false;
         }
         let Some(h) = framing::parse_section_header(&sh) else { return false };
@@ -341,7 +465,7 @@ fn head_is_intact(fd: i32) -> bool {
         while left > 0 {
             let n = left.min(chunk.len() as u64) as usize;
             let Some(part) = chunk.get_mut(..n) else { return false };
-            if !read_at(fd, off, part) {
+            if !read_at(fd, off, part, limit) {
                 return false;
             }
             crc.update(part);
@@ -968,7 +1092,7 @@ mod tests {
 
     /// `commit` renames a file only when its file header, META and EXCEPTION are on disk and intact: every cut of a
     /// real report before the end of EXCEPTION is unlinked, every cut after it is committed, and a flipped byte in
-    /// the head is refused.
+    /// the head is refused; the same for a file reserved at install, whose zeros beyond the report are cut.
     #[test]
     fn commit_requires_the_head_sections() {
         use report_format::framing::{parse_section_header, FILE_HEADER_LEN, SECTION_HEADER_LEN};
@@ -1004,21 +1128,42 @@ mod tests {
                 .chain([head_end, head_end + 1, full.len()].iter().map(|n| (full[..*n].to_vec(), true)))
                 .chain([(damaged, false)])
                 .collect();
-        for (i, (bytes, keep)) in cases.iter().enumerate() {
-            let names = ReportNames::new(&[i as u8; 16]);
-            let fd = create_temp(dir_fd, &names).expect("temp");
-            write_fully(fd, bytes).expect("write");
-            let got = commit(dir_fd, fd, &names);
-            let fin_len = names.final_name().iter().position(|b| *b == 0).expect("nul");
-            let fin = dir.join(std::str::from_utf8(&names.final_name()[..fin_len]).expect("utf8"));
-            assert_eq!(got.is_ok(), *keep, "case {i}: {} bytes, head ends at {head_end}", bytes.len());
-            assert_eq!(fin.exists(), *keep, "case {i}");
-            if *keep {
-                assert_eq!(std::fs::read(&fin).expect("read"), *bytes);
+        for kind in [FileKind::Created, FileKind::Reserved] {
+            for (i, (bytes, keep)) in cases.iter().enumerate() {
+                let id = [i as u8 + if kind == FileKind::Created { 0 } else { 100 }; 16];
+                let (fd, names) = match kind {
+                    FileKind::Created => {
+                        let names = ReportNames::new(&id);
+                        (create_temp(dir_fd, &names).expect("temp"), names)
+                    }
+                    FileKind::Reserved => {
+                        // A reservation as install makes it: 64 KiB of zeros, the offset left at 0.
+                        let mut name = [0u8; 64];
+                        name[..13].copy_from_slice(format!(".r{i:02}.reserved").as_bytes());
+                        let path = dir.join(std::str::from_utf8(&name[..13]).expect("utf8"));
+                        std::fs::write(&path, vec![0u8; 65536]).expect("reserve");
+                        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("path");
+                        // SAFETY: NUL-terminated path.
+                        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+                        assert!(fd >= 0);
+                        (fd, ReportNames::with_temp(&id, &name))
+                    }
+                };
+                write_fully(fd, bytes).expect("write");
+                let got = commit(dir_fd, fd, &names, kind);
+                let fin_len = names.final_name().iter().position(|b| *b == 0).expect("nul");
+                let fin = dir.join(std::str::from_utf8(&names.final_name()[..fin_len]).expect("utf8"));
+                let ctx = format!("{kind:?} case {i}: {} bytes, head ends at {head_end}", bytes.len());
+                assert_eq!(got.is_ok(), *keep, "{ctx}");
+                assert_eq!(fin.exists(), *keep, "{ctx}");
+                if *keep {
+                    // A reservation's zeros beyond the report are cut.
+                    assert_eq!(std::fs::read(&fin).expect("read"), *bytes, "{ctx}");
+                }
             }
         }
         let left: Vec<_> = std::fs::read_dir(&dir).expect("dir").flatten().map(|e| e.file_name()).collect();
-        assert_eq!(left.len(), 3, "only the committed reports remain, no temporary file: {left:?}");
+        assert_eq!(left.len(), 6, "only the committed reports remain, no temporary or reserved file: {left:?}");
         // SAFETY: closing our directory descriptor.
         unsafe { libc::close(dir_fd) };
         std::fs::remove_dir_all(&dir).expect("cleanup");

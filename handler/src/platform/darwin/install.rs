@@ -280,8 +280,9 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         return Err(InstallError::AlreadyInstalled);
     }
     config.check()?;
-    let dir_fd = prealloc::open_report_dir(&config.report_dir)?;
+    let dir_fd = prealloc::open_report_dir(&config.report_dir, config.reserved_report_bytes)?;
     let close_dir = |e: InstallError| {
+        crate::crash::writer::release_reserved(dir_fd);
         // SAFETY: closing the descriptor opened above.
         unsafe { libc::close(dir_fd) };
         e
@@ -407,6 +408,7 @@ pub fn uninstall() -> Result<(), InstallError> {
         }
     }
     stop_mach(st);
+    crate::crash::writer::release_reserved(st.core.dir_fd);
     // SAFETY: closing the directory opened at install.
     unsafe { libc::close(st.core.dir_fd) };
     STATE.store(core::ptr::null_mut(), Ordering::Release);

@@ -59,8 +59,9 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         return Err(InstallError::InvalidConfig("stop_signal is not a real-time signal"));
     }
 
-    let dir_fd = prealloc::open_report_dir(&config.report_dir)?;
+    let dir_fd = prealloc::open_report_dir(&config.report_dir, config.reserved_report_bytes)?;
     let close_dir = |e: InstallError| {
+        crate::crash::writer::release_reserved(dir_fd);
         // SAFETY: closing the descriptor opened above, which nothing else uses yet.
         unsafe { libc::close(dir_fd) };
         e
@@ -168,6 +169,7 @@ pub fn uninstall() -> Result<(), InstallError> {
         if sys::gettid() == inst.installer_tid {
             libc::sigaltstack(&inst.old_altstack, core::ptr::null_mut());
         }
+        crate::crash::writer::release_reserved(st.core.dir_fd);
         libc::close(st.core.dir_fd);
     }
     STATE.store(core::ptr::null_mut(), Ordering::Release);

@@ -1030,6 +1030,13 @@ pub fn main() {
     }
     // A second install is refused and changes nothing.
     assert_eq!(handler::install(&config), Err(handler::InstallError::AlreadyInstalled));
+    // The report file install reserved (its inode: the first report must be written into it).
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        if e.file_name().to_string_lossy().ends_with(".reserved") {
+            use std::os::unix::fs::MetadataExt;
+            say(&format!("RESERVED {}", e.metadata().map_or(0, |m| m.ino())));
+        }
+    }
     say(&format!("MAIN_TID {}", gettid()));
     match (trigger.as_str(), cxx) {
         ("cxx_runtime_error", Some(lib)) => trigger_cxx(lib, true),
