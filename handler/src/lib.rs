@@ -2,8 +2,8 @@
 //! (Apple platforms).
 //!
 //! Public API: [`install()`] / [`uninstall()`] / [`refresh_images()`] with a [`Config`]; [`set_first_chance_handler`]
-//! for runtimes that recover from faults on purpose; [`test_hooks`] for the
-//! crash-test client. Module map:
+//! for runtimes that recover from faults on purpose; [`stacks::current_stack`] / [`stacks::thread_stack`] for
+//! stacks on demand; [`test_hooks`] for the crash-test client. Module map:
 //!
 //! - [`config`], [`error`], [`install`](mod@install) and the private `prealloc` (install time: may allocate and lock);
 //! - [`crash`]: the platform-neutral crash-path core: the one crash sequence both backends run
@@ -15,7 +15,10 @@
 //!   [`platform::darwin`]: the Apple platform's one home: its pure decoding (Mach messages, thread states, Mach-O,
 //!   `__crash_info`, dyld records) compiled and tested on every host, its FFI half compiled for Apple targets only).
 //!
-//! Crash-path code lives only in modules whose path contains `/crash/`, `/unwind/` or `/arch/`.
+//! - [`stacks`]: stacks on demand (the current thread's, or another thread's) with the crash path's unwinder, and
+//!   [`ondemand`], the signal-safe half they run on (the Linux capture signal's handler walks there).
+//!
+//! Crash-path code lives only in modules whose path contains `/crash/`, `/unwind/`, `/arch/` or `/ondemand/`.
 
 /// Declares a module that runs after a fault, with the no-panic lints denied on it (tests excepted): no indexing,
 /// no `unwrap`/`expect`, no `panic!`, no unchecked arithmetic. The one place that lint set is written; every
@@ -42,8 +45,10 @@ crash_path_mod! { pub mod crash; }
 pub mod error;
 pub mod install;
 mod language;
+crash_path_mod! { pub mod ondemand; }
 pub mod platform;
 mod prealloc;
+pub mod stacks;
 crash_path_mod! { pub mod unwind; }
 pub mod user_values;
 

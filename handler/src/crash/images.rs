@@ -7,12 +7,16 @@
 //! rewritten; the other threads are stopped during a crash, so that needs a refresh on a thread that ignored the
 //! stop signal.
 //!
+//! Readers that run while the process goes on (on-demand stack captures, `crate::ondemand`) read through
+//! [`ImageTable::read`], which counts them per list: an update waits (bounded) until nobody reads the list it is
+//! about to rewrite, so a capture racing two refreshes in a row never sees a list being written.
+//!
 //! Reading is allocation-free, lock-free and async-signal-safe.
 #![allow(unsafe_code)]
 
 use crate::unwind::{CodeMap, Module, UnwindSections};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use report_format::encode::{Image, ID_KIND_BUILD_ID};
 
 /// Everything [`ImageList::push_record`] stores about one image (borrowed; the list copies it).
@@ -260,6 +264,42 @@ impl CodeMap for ImageList {
 pub struct ImageTable {
     lists: [UnsafeCell<ImageList>; 2],
     active: AtomicUsize,
+    /// Readers inside each list through [`ImageTable::read`].
+    readers: [AtomicUsize; 2],
+    /// Updates so far ([`ImageTable::generation`]).
+    generation: AtomicU64,
+}
+
+/// How long [`ImageTable::update`] waits for the readers of the list it is about to rewrite, in polls of
+/// [`READER_POLL_NS`] (about 1 s). A reader holds a list for one stack walk (microseconds); one that never lets go
+/// (a thread stopped by a debugger in the middle of a walk) is waited for this long, then the update goes on.
+const READER_POLLS: u32 = 20_000;
+/// Sleep between two polls of [`ImageTable::update`]'s wait, in nanoseconds.
+const READER_POLL_NS: u64 = 50_000;
+
+/// A counted read of the active image list ([`ImageTable::read`]); the list stays unchanged until this is dropped.
+#[derive(Debug)]
+pub struct ImageRead<'a> {
+    table: &'a ImageTable,
+    index: usize,
+}
+
+impl core::ops::Deref for ImageRead<'_> {
+    type Target = ImageList;
+    fn deref(&self) -> &ImageList {
+        let cell = self.table.lists.get(self.index).unwrap_or(&self.table.lists[0]);
+        // SAFETY: this reader is counted in `readers[index]`, so `update` does not write this list until the count
+        // drops (see `ImageTable::read`); the list is never written while read.
+        unsafe { &*cell.get() }
+    }
+}
+
+impl Drop for ImageRead<'_> {
+    fn drop(&mut self) {
+        if let Some(r) = self.table.readers.get(self.index) {
+            r.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 // SAFETY: the crash path only reads the active list; writers (serialized by the caller of `update`) only write the
@@ -270,7 +310,43 @@ unsafe impl Sync for ImageTable {}
 impl ImageTable {
     /// A table over two preallocated lists (install time).
     pub fn new(a: ImageList, b: ImageList) -> Self {
-        ImageTable { lists: [UnsafeCell::new(a), UnsafeCell::new(b)], active: AtomicUsize::new(0) }
+        ImageTable {
+            lists: [UnsafeCell::new(a), UnsafeCell::new(b)],
+            active: AtomicUsize::new(0),
+            readers: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    /// How many updates the table has had: caches keyed by image addresses (the on-demand walkers' unwind rows)
+    /// start over when it changes. Signal-safe.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// The active list, counted as read until the returned guard is dropped: [`ImageTable::update`] does not
+    /// rewrite it meanwhile (it waits, bounded, for the count to drop). For readers that run while the process goes
+    /// on; lock-free, allocation-free, signal-safe (two atomic increments; retried when an update flips the active
+    /// list between the load and the count, at most 16 times, then read uncounted as [`ImageTable::current`]).
+    pub fn read(&self) -> ImageRead<'_> {
+        let mut index = 0usize;
+        for _ in 0..16 {
+            index = self.active.load(Ordering::SeqCst) & 1;
+            let Some(r) = self.readers.get(index) else { break };
+            r.fetch_add(1, Ordering::SeqCst);
+            // Proof sketch (every access SeqCst): an update waits for `readers[next] == 0` after it read `active`
+            // and before it writes list `next`. A reader counted in `next` before that check holds the update off;
+            // one counted after it reloads `active` after the flip that made `next` inactive, and retries.
+            if self.active.load(Ordering::SeqCst) & 1 == index {
+                return ImageRead { table: self, index };
+            }
+            r.fetch_sub(1, Ordering::SeqCst);
+        }
+        // An update on every try (never in practice): count the reader where it stands, as `current` would read.
+        if let Some(r) = self.readers.get(index) {
+            r.fetch_add(1, Ordering::SeqCst);
+        }
+        ImageRead { table: self, index }
     }
 
     /// The active list. Signal-safe.
@@ -285,13 +361,21 @@ impl ImageTable {
     /// # Safety
     /// Calls must be serialized (no two `update`s at once); not for the crash path.
     pub unsafe fn update(&self, fill: impl FnOnce(&mut ImageList)) {
-        let next = (self.active.load(Ordering::Acquire) & 1) ^ 1;
+        let next = (self.active.load(Ordering::SeqCst) & 1) ^ 1;
+        // Counted readers of the list about to be rewritten (see `read`): wait until they are gone, bounded.
+        for _ in 0..READER_POLLS {
+            if self.readers.get(next).is_none_or(|r| r.load(Ordering::SeqCst) == 0) {
+                break;
+            }
+            std::thread::sleep(core::time::Duration::from_nanos(READER_POLL_NS));
+        }
         // SAFETY: the caller serializes updates and readers only read the active list, so the inactive list is
         // exclusively ours until the release store below.
         let list = unsafe { &mut *self.lists.get(next).unwrap_or(&self.lists[0]).get() };
         list.clear();
         fill(list);
-        self.active.store(next, Ordering::Release);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.active.store(next, Ordering::SeqCst);
     }
 }
 
@@ -400,6 +484,37 @@ mod tests {
         assert_eq!(b.entry(0).copied(), a.entry(0).map(|e| ImageEntry { path_off: 0, ..*e }));
         assert_eq!((b.path(0), b.build_id(0)), (&b"/lib/libz.so.1"[..], &[9u8, 8, 7][..]));
         assert_eq!(b.entry(0).expect("entry").unwind, unwind);
+    }
+
+    /// An update never rewrites a list a counted reader holds: it waits until the reader lets go.
+    #[test]
+    fn updates_wait_for_counted_readers_of_the_list_they_rewrite() {
+        use std::sync::atomic::AtomicBool;
+        let t: &'static ImageTable = Box::leak(Box::new(ImageTable::new(list(4, 64), list(4, 64))));
+        // SAFETY: updates are serialized (one thread at a time below).
+        unsafe { t.update(|l| assert!(l.push(b"/first", 1, 1, 0, &[]))) };
+        let g0 = t.generation();
+        let guard = t.read();
+        assert_eq!(guard.path(0), b"/first");
+        let second_done: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+        let h = std::thread::spawn(move || {
+            // The inactive list: no reader, written at once.
+            // SAFETY: the only updating thread.
+            unsafe { t.update(|l| assert!(l.push(b"/second", 2, 1, 0, &[]))) };
+            // The list the guard holds: waits for it.
+            // SAFETY: as above.
+            unsafe { t.update(|l| assert!(l.push(b"/third", 3, 1, 0, &[]))) };
+            second_done.store(true, Ordering::SeqCst);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!second_done.load(Ordering::SeqCst), "the update went ahead under a reader");
+        assert_eq!(guard.path(0), b"/first", "the held list is unchanged");
+        assert_eq!(t.current().path(0), b"/second");
+        drop(guard);
+        h.join().expect("updater");
+        assert!(second_done.load(Ordering::SeqCst));
+        assert_eq!(t.read().path(0), b"/third");
+        assert_eq!(t.generation(), g0 + 2);
     }
 
     #[test]
