@@ -49,6 +49,7 @@ crash_path_mod! { pub mod ondemand; }
 pub mod platform;
 mod prealloc;
 pub mod stacks;
+pub mod symbols;
 crash_path_mod! { pub mod unwind; }
 pub mod user_values;
 

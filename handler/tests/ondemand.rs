@@ -308,3 +308,37 @@ fn concurrent_captures_and_refreshes() {
     assert!(refresher.join().expect("refresher") > 0);
     s.finish();
 }
+
+/// The symbol cache names the frames of a capture: this file's functions by their (mangled) names, and the same
+/// answers the second time, from the cache.
+#[test]
+fn the_symbol_cache_names_captured_frames() {
+    installed();
+    let (ours, _) = level1();
+    let mut cache = handler::symbols::SymbolCache::new().expect("cache");
+    let names = |cache: &mut handler::symbols::SymbolCache| -> Vec<String> {
+        ours.iter()
+            .map(|&ra| match cache.lookup_return_address(ra) {
+                Some(s) => format!("{}:{}+{:#x}", s.image, s.name.unwrap_or("?"), s.offset),
+                None => "??".to_string(),
+            })
+            .collect()
+    };
+    let first = names(&mut cache);
+    let n = cache.len();
+    assert_eq!(names(&mut cache), first, "the second lookup is the cached first one");
+    assert_eq!(cache.len(), n);
+    // ours[0] returns into both_here, then level2, level1, this test.
+    for (i, want) in ["both_here", "level2", "level1", "the_symbol_cache_names_captured_frames"].iter().enumerate() {
+        assert!(first[i].contains(want), "frame {i}: {} (all: {first:?})", first[i]);
+        assert!(first[i].starts_with("ondemand-"), "frame {i} is in the test executable: {}", first[i]);
+    }
+    // The outermost frames are in libc (named by its .dynsym at least).
+    assert!(first.iter().any(|f| f.starts_with("libc.so")), "{first:?}");
+    // An exact address: a function's own start, offset 0.
+    let f = level1 as *const () as usize as u64;
+    let s = cache.lookup(f).expect("level1");
+    assert_eq!(s.offset, 0);
+    assert!(s.name.is_some_and(|n| n.contains("level1")));
+    assert!(cache.lookup(8).is_none(), "no image at address 8");
+}

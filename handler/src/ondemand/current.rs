@@ -73,12 +73,15 @@ pub fn current_stack(out: &mut [u64]) -> Result<Captured, CaptureError> {
     let st = state().ok_or(CaptureError::NotInstalled)?;
     let mut claim = claim_walker(st)?;
     let w = claim.walker();
+    // Frame 0 is the pc inside this function: the caller's return address comes next (skip 1).
+    if let Some((len, truncated)) = fast_here(st, w, &regs, out) {
+        return Ok(Captured { len, truncated });
+    }
     walk_here(st, w, &regs);
     let Some(o) = w.outcome else { return Err(CaptureError::NoRegisters) };
     if o.frames == 0 {
         return Err(CaptureError::NoRegisters);
     }
-    // Frame 0 is the pc inside this function: the caller's return address comes next.
     let (len, cut) = super::expand::expand(w.frames(), w.repeats(), 1, out);
     Ok(Captured { len, truncated: cut || o.truncated })
 }
@@ -171,15 +174,33 @@ pub fn here() -> RegisterValues {
     }
 }
 
+/// The fast path ([`super::fast`]) from `regs` (taken on this thread, in a frame that has not returned) into
+/// `out`, skipping frame 0; `None` when it cannot do the whole stack (the caller then walks in full).
+#[inline(never)]
+fn fast_here(st: &State, w: &mut Walker, regs: &RegisterValues, out: &mut [u64]) -> Option<(usize, bool)> {
+    let sp = regs.walk_start()?.sp;
+    let b = stack_bounds::own_stack_bounds(sp)?;
+    let images = st.images.read();
+    if w.rules_generation != st.images.generation() {
+        return None;
+    }
+    let Walker { rules, trace, blocks, pipe, .. } = w;
+    let mut inner = FaultProof::new(blocks, *pipe);
+    // SAFETY: `regs` were taken on this thread in a caller's frame that has not returned, and `b` was recorded by
+    // this thread and holds its stack pointer.
+    let mut mem = unsafe { LiveStackReader::new(&mut inner, sp, Some((b.lo, b.hi))) };
+    super::fast::walk(regs, &mut mem, &images, rules, trace, &st.opts, (sp, b.hi), 1, out)
+}
+
 /// Walks the calling thread's stack from `regs` (taken on this thread, in a frame that has not returned) with
 /// walker `w`: the result is in `w.outcome`, `w.frames`, `w.repeats`. Its own frame lies below `regs`' stack
 /// pointer, so nothing the walk reads directly is written meanwhile.
 #[inline(never)]
 fn walk_here(st: &State, w: &mut Walker, regs: &RegisterValues) {
-    let tid = own_tid();
-    let bounds = stack_bounds::stack_bounds(tid).map(|b| (b.lo, b.hi));
+    let sp = regs.walk_start().map_or(0, |r| r.sp);
+    let bounds = stack_bounds::own_stack_bounds(sp).map(|b| (b.lo, b.hi));
     // SAFETY: `regs` were taken on this thread in a caller's frame that has not returned, and `bounds` are this
-    // thread's (looked up by its own id).
+    // thread's (recorded by this very thread, holding its stack pointer).
     unsafe { walk_live(st, w, regs, bounds) };
 }
 
@@ -205,25 +226,6 @@ pub unsafe fn walk_live(st: &State, w: &mut Walker, regs: &RegisterValues, bound
     let mut mem = unsafe { LiveStackReader::new(&mut inner, start.sp, bounds) };
     let o = unwind::walk(regs, &mut mem, &*images, &st.opts, bounds, WalkBuffers { frames, trust, repeats, rules });
     w.outcome = Some(o);
-}
-
-/// This thread's kernel id (Linux `gettid`; Apple: the `pthread_threadid_np` id).
-fn own_tid() -> u64 {
-    #[cfg(target_os = "linux")]
-    {
-        crate::platform::linux::crash::sys::gettid()
-    }
-    #[cfg(target_vendor = "apple")]
-    {
-        let mut id = 0u64;
-        // SAFETY: a null thread means the calling thread; `id` is a valid out-pointer.
-        unsafe { libc::pthread_threadid_np(0, &mut id) };
-        id
-    }
-    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
-    {
-        0
-    }
 }
 
 /// The platform's fault-proof reader, created at its first read (the Linux one needs the process id, a system

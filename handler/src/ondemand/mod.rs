@@ -13,6 +13,7 @@
 //!   fault-proof reader for everything else.
 //! - [`current`]: the calling thread's registers (a few instructions of inline assembly) and its walk.
 //! - [`expand`]: repeat records expanded into a flat list of return addresses.
+//! - [`fast`]: the current thread's walk when every row is cached (most captures after the first).
 //! - [`linux`]: capture of another thread by signal (request slots, the signal handler).
 //! - `darwin` (Apple platforms, type-checked only): capture of another thread by `thread_suspend` /
 //!   `thread_get_state` / walk / `thread_resume`.
@@ -20,6 +21,7 @@
 
 pub mod current;
 pub mod expand;
+pub mod fast;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod pool;

@@ -18,16 +18,18 @@ use core::sync::atomic::{AtomicBool, Ordering};
 pub const MAX_FRAMES: usize = 512;
 /// Repeat records one walk stores.
 pub const REPEATS: usize = 32;
-/// Bytes of a walker's reader block cache: 4 blocks of 4 KiB (`platform::linux::crash::memory::BLOCK`). It only
+/// Bytes of a walker's reader block cache: 2 blocks of 4 KiB (`platform::linux::crash::memory::BLOCK`). It only
 /// serves walks whose rows are not cached yet (reads of `.eh_frame_hdr` and FDEs), and the stack of a thread
 /// whose bounds were not recorded.
-pub const BLOCK_CACHE_BYTES: usize = 4 * 4096;
+pub const BLOCK_CACHE_BYTES: usize = 2 * 4096;
 
 /// What one walk works in.
 #[derive(Debug)]
 pub struct Walker {
     /// Unwind rows of earlier walks (62 KiB).
     pub rules: RuleCache,
+    /// The fast path's recipes, derived from `rules` (12 KiB; `super::fast`).
+    pub trace: super::fast::Trace,
     /// [`crate::crash::images::ImageTable::generation`] the rows were found under; another generation clears them.
     pub rules_generation: u64,
     /// Frames of the last walk (raw: frame 0 is the pc, then return addresses; repeats compressed).
@@ -49,10 +51,11 @@ pub struct Walker {
 }
 
 impl Walker {
-    /// A fresh walker (install time; about 100 KiB, built in place by the caller's allocation).
+    /// A fresh walker (install time; about 90 KiB).
     pub fn new(pipe: Option<(i32, i32)>) -> Walker {
         Walker {
             rules: RuleCache::EMPTY,
+            trace: super::fast::Trace::EMPTY,
             rules_generation: 0,
             frames: [0; MAX_FRAMES],
             trust: [0; MAX_FRAMES],
@@ -86,6 +89,7 @@ impl Walker {
     pub fn sync_rules(&mut self, generation: u64) {
         if self.rules_generation != generation {
             self.rules.clear();
+            self.trace.clear();
             self.rules_generation = generation;
         }
     }

@@ -64,6 +64,16 @@ impl<M: MemoryReader + ?Sized> MemoryReader for LiveStackReader<'_, M> {
         true
     }
 
+    #[inline(always)]
+    fn read_u64(&mut self, addr: u64) -> Option<u64> {
+        if addr >= self.lo && addr.checked_add(8).is_some_and(|end| end <= self.hi) {
+            // SAFETY: as in `read`: `[addr, addr + 8)` lies inside the calling thread's live stack above `sp`.
+            return Some(unsafe { core::ptr::read_unaligned(addr as usize as *const u64) });
+        }
+        let mut b = [0u8; 8];
+        self.inner.read(addr, &mut b).then(|| u64::from_ne_bytes(b))
+    }
+
     fn probe(&mut self, addr: u64) -> bool {
         if addr >= self.lo && addr < self.hi {
             return true;
