@@ -29,7 +29,7 @@
 //! image table is the install-time list: after `dlopen`, call [`crate::refresh_images()`] so that frames in the new
 //! library are unwound with its tables (until then they are followed by frame pointers only).
 
-pub use crate::ondemand::current::{current_stack, Captured};
+pub use crate::ondemand::current::{current_stack, current_stack_skipping, Captured};
 pub use crate::ondemand::CaptureError;
 use std::time::Duration;
 

@@ -103,6 +103,33 @@ fn current_stack_lists_the_callers_backtrace_lists_on_a_pthread_create_thread() 
     assert_eq!(unsafe { libc::pthread_join(t, &mut ret) }, 0);
 }
 
+/// A wrapper that leaves itself out: the list starts at the wrapper's caller, as if that one had called
+/// `current_stack`.
+#[test]
+fn current_stack_skipping_leaves_out_the_wrappers_own_frame() {
+    #[inline(never)]
+    fn wrapper(out: &mut [u64]) -> usize {
+        let got = stacks::current_stack_skipping(out, 1).expect("capture");
+        black_box(&out);
+        got.len
+    }
+    #[inline(never)]
+    fn caller() -> (Vec<u64>, Vec<u64>) {
+        let mut ours = [0u64; 256];
+        let n = wrapper(&mut ours);
+        let mut raw = [std::ptr::null_mut(); 256];
+        // SAFETY: the buffer holds 256 pointers.
+        let m = unsafe { backtrace(raw.as_mut_ptr(), 256) };
+        (ours[..n].to_vec(), raw[..m as usize].iter().map(|p| *p as u64).collect())
+    }
+    installed();
+    for _ in 0..2 {
+        let (ours, theirs) = caller();
+        assert!(ours[0].abs_diff(theirs[0]) < 0x200, "both return into `caller`: {}\n{}", show(&ours), show(&theirs));
+        assert_eq!(&ours[1..], &theirs[1..]);
+    }
+}
+
 #[test]
 fn a_short_buffer_is_filled_and_flagged_truncated() {
     installed();

@@ -38,6 +38,12 @@ pub enum CrashReporterStatus {
     AppInfoUnavailable = 9,
     /// An unexpected internal failure (a caught panic).
     Internal = 10,
+    /// Every capture walker was in use (more threads capturing at once than `Config::capture_walkers`); try again.
+    Busy = 11,
+    /// The thread is not one of this process's, or it exited.
+    NoSuchThread = 12,
+    /// The thread did not answer the capture request in time.
+    Timeout = 13,
 }
 
 fn status(e: &Error) -> CrashReporterStatus {
@@ -207,4 +213,115 @@ pub unsafe extern "C" fn crash_reporter_upload_pending(delivered: *mut u32) -> C
 pub extern "C" fn crash_reporter_pending_count() -> u32 {
     let n = std::panic::catch_unwind(|| REPORTER.get().and_then(|r| r.pending_reports().ok()).map_or(0, |v| v.len()));
     n.map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+fn capture_status(e: handler::stacks::CaptureError) -> CrashReporterStatus {
+    use handler::stacks::CaptureError as E;
+    match e {
+        E::NotInstalled => CrashReporterStatus::NotEnabled,
+        E::Busy => CrashReporterStatus::Busy,
+        E::NoSuchThread => CrashReporterStatus::NoSuchThread,
+        E::Timeout => CrashReporterStatus::Timeout,
+        E::Os(_) | E::NoRegisters => CrashReporterStatus::Internal,
+    }
+}
+
+/// Fills `frames` (room for `capacity` addresses) with the calling thread's return addresses, innermost first:
+/// `frames[0]` returns into the function that called this one, as `backtrace(3)` lists them, after leaving out the
+/// `skip` innermost frames of the caller (0: none; a wrapper that wants to leave itself out passes 1 and must not
+/// be inlined). Writes how many were stored to `*count` and whether the stack was deeper than `capacity` to
+/// `*truncated` (either may be NULL). Uses the crash handler's unwinder; a stack captured before costs a few
+/// nanoseconds per frame. Never allocates or takes a lock; callable from any thread, including a signal handler.
+/// Needs `crash_reporter_enable` first (`CRASH_REPORTER_STATUS_NOT_ENABLED` before), and returns
+/// `CRASH_REPORTER_STATUS_BUSY` when every capture walker is in use.
+///
+/// # Safety
+/// `frames` points to `capacity` writable `uint64_t` (it may be NULL when `capacity` is 0); `count` and `truncated`
+/// are NULL or point to writable values.
+#[no_mangle]
+#[inline(never)]
+pub unsafe extern "C" fn crash_reporter_current_stack(
+    frames: *mut u64,
+    capacity: usize,
+    skip: usize,
+    count: *mut usize,
+    truncated: *mut bool,
+) -> CrashReporterStatus {
+    // Not through `guard`: its unwind catcher adds frames, and nothing here panics.
+    let out: &mut [u64] = if capacity == 0 || frames.is_null() {
+        &mut []
+    } else {
+        // SAFETY: non-null and, by this function's contract, `capacity` writable u64 values.
+        unsafe { std::slice::from_raw_parts_mut(frames, capacity) }
+    };
+    // This function's own frame is left out too.
+    let status = match handler::stacks::current_stack_skipping(out, skip.saturating_add(1)) {
+        Ok(c) => {
+            // SAFETY: NULL or writable, by this function's contract.
+            unsafe { write_capture(count, truncated, c) };
+            CrashReporterStatus::Ok
+        }
+        Err(e) => capture_status(e),
+    };
+    std::hint::black_box(status)
+}
+
+/// Fills `frames` (room for `capacity` addresses) with thread `thread_id`'s stack, innermost first: `frames[0]` is
+/// the pc where the thread was interrupted, then its return addresses. `thread_id` is a kernel thread id of this
+/// process (`crash_reporter_current_thread_id` on that thread; Linux `gettid()`; Apple `pthread_threadid_np`).
+/// Waits at most `timeout_ms` milliseconds for the thread to answer (Linux: it walks its own stack in the handler
+/// of the capture signal; Apple: the thread is suspended while it is walked, never waited for). Writes the count
+/// and the truncation flag as `crash_reporter_current_stack` does. Allocation-free and lock-free; not for signal
+/// handlers (it waits). `CRASH_REPORTER_STATUS_NO_SUCH_THREAD`, `CRASH_REPORTER_STATUS_TIMEOUT`,
+/// `CRASH_REPORTER_STATUS_BUSY` or `CRASH_REPORTER_STATUS_NOT_ENABLED` when no stack was captured.
+///
+/// # Safety
+/// As `crash_reporter_current_stack`.
+#[no_mangle]
+pub unsafe extern "C" fn crash_reporter_thread_stack(
+    thread_id: u64,
+    frames: *mut u64,
+    capacity: usize,
+    timeout_ms: u32,
+    count: *mut usize,
+    truncated: *mut bool,
+) -> CrashReporterStatus {
+    guard(|| {
+        let out: &mut [u64] = if capacity == 0 || frames.is_null() {
+            &mut []
+        } else {
+            // SAFETY: non-null and, by this function's contract, `capacity` writable u64 values.
+            unsafe { std::slice::from_raw_parts_mut(frames, capacity) }
+        };
+        let timeout = std::time::Duration::from_millis(u64::from(timeout_ms));
+        match handler::stacks::thread_stack(thread_id, out, timeout) {
+            Ok(c) => {
+                // SAFETY: NULL or writable, by this function's contract.
+                unsafe { write_capture(count, truncated, c) };
+                CrashReporterStatus::Ok
+            }
+            Err(e) => capture_status(e),
+        }
+    })
+}
+
+/// The calling thread's id as `crash_reporter_thread_stack` takes it.
+#[no_mangle]
+pub extern "C" fn crash_reporter_current_thread_id() -> u64 {
+    handler::stacks::current_thread_id()
+}
+
+/// Stores a capture's count and truncation flag where asked.
+///
+/// # Safety
+/// `count` and `truncated` are NULL or writable.
+unsafe fn write_capture(count: *mut usize, truncated: *mut bool, c: handler::stacks::Captured) {
+    if !count.is_null() {
+        // SAFETY: non-null and writable by the caller's contract.
+        unsafe { *count = c.len };
+    }
+    if !truncated.is_null() {
+        // SAFETY: as above.
+        unsafe { *truncated = c.truncated };
+    }
 }

@@ -54,11 +54,37 @@ fn yield_cpu() {
     }
 }
 
+/// The body of [`current_stack`] and [`current_stack_skipping`]: a macro, not a function, so that the registers are
+/// read in the frame of the function the caller sees (each is `#[inline(never)]`, and frame 0 of the walk is its
+/// own pc); `$skip` more frames are left out after that one.
+macro_rules! capture_here {
+    ($out:expr, $skip:expr) => {{
+        let regs = here();
+        let out: &mut [u64] = $out;
+        let skip: usize = $skip;
+        let st = state().ok_or(CaptureError::NotInstalled)?;
+        let mut claim = claim_walker(st)?;
+        let w = claim.walker();
+        // Frame 0 is the pc inside this function: the caller's return address comes next.
+        let skip = skip.saturating_add(1);
+        if let Some((len, truncated)) = fast_here(st, w, &regs, skip, out) {
+            return Ok(Captured { len, truncated });
+        }
+        walk_here(st, w, &regs);
+        let Some(o) = w.outcome else { return Err(CaptureError::NoRegisters) };
+        if o.frames == 0 {
+            return Err(CaptureError::NoRegisters);
+        }
+        let (len, cut) = super::expand::expand(w.frames(), w.repeats(), skip, out);
+        Ok(Captured { len, truncated: cut || o.truncated })
+    }};
+}
+
 /// The calling thread's return addresses, innermost first, into `out`: `out[0]` is the return address into the
 /// function that called `current_stack`, then its caller's, and so on to the outermost frame (`_start`, or the
 /// thread's start in `clone3`), as glibc's `backtrace(3)` lists them. Repeated runs of deep recursion are listed
 /// in full. Uses the crash path's unwinder and image table (DWARF CFI with a row cache, then frame pointers, then a
-/// bounded scan), so a stack captured twice costs one cache lookup per frame.
+/// bounded scan); a stack captured before takes the fast path ([`super::fast`]), a few nanoseconds per frame.
 ///
 /// Never allocates, never takes a lock, never panics; safe to call from any thread, including inside a signal
 /// handler (it then lists the handler's frames, the signal trampoline and the interrupted frames).
@@ -69,21 +95,19 @@ fn yield_cpu() {
 /// [`CaptureError::NoRegisters`] on an architecture this crate does not walk.
 #[inline(never)]
 pub fn current_stack(out: &mut [u64]) -> Result<Captured, CaptureError> {
-    let regs = here();
-    let st = state().ok_or(CaptureError::NotInstalled)?;
-    let mut claim = claim_walker(st)?;
-    let w = claim.walker();
-    // Frame 0 is the pc inside this function: the caller's return address comes next (skip 1).
-    if let Some((len, truncated)) = fast_here(st, w, &regs, out) {
-        return Ok(Captured { len, truncated });
-    }
-    walk_here(st, w, &regs);
-    let Some(o) = w.outcome else { return Err(CaptureError::NoRegisters) };
-    if o.frames == 0 {
-        return Err(CaptureError::NoRegisters);
-    }
-    let (len, cut) = super::expand::expand(w.frames(), w.repeats(), 1, out);
-    Ok(Captured { len, truncated: cut || o.truncated })
+    capture_here!(out, 0)
+}
+
+/// [`current_stack`] without the `skip` innermost frames of the caller: for wrappers (the C ABI, the Swift
+/// package) that want the list to start at their own caller. `skip` 0 is [`current_stack`]. Each wrapper must be
+/// a frame of its own (`#[inline(never)]`, and not ending in a tail call to this function), or a frame too many
+/// is left out.
+///
+/// # Errors
+/// As [`current_stack`].
+#[inline(never)]
+pub fn current_stack_skipping(out: &mut [u64], skip: usize) -> Result<Captured, CaptureError> {
+    capture_here!(out, skip)
 }
 
 /// The registers at this point of the calling function (see the module docs). Must be inlined into the function
@@ -175,9 +199,16 @@ pub fn here() -> RegisterValues {
 }
 
 /// The fast path ([`super::fast`]) from `regs` (taken on this thread, in a frame that has not returned) into
-/// `out`, skipping frame 0; `None` when it cannot do the whole stack (the caller then walks in full).
+/// `out`, leaving out the first `skip` frames; `None` when it cannot do the whole stack (the caller then walks in
+/// full).
 #[inline(never)]
-fn fast_here(st: &State, w: &mut Walker, regs: &RegisterValues, out: &mut [u64]) -> Option<(usize, bool)> {
+fn fast_here(
+    st: &State,
+    w: &mut Walker,
+    regs: &RegisterValues,
+    skip: usize,
+    out: &mut [u64],
+) -> Option<(usize, bool)> {
     let sp = regs.walk_start()?.sp;
     let b = stack_bounds::own_stack_bounds(sp)?;
     let images = st.images.read();
@@ -189,7 +220,7 @@ fn fast_here(st: &State, w: &mut Walker, regs: &RegisterValues, out: &mut [u64])
     // SAFETY: `regs` were taken on this thread in a caller's frame that has not returned, and `b` was recorded by
     // this thread and holds its stack pointer.
     let mut mem = unsafe { LiveStackReader::new(&mut inner, sp, Some((b.lo, b.hi))) };
-    super::fast::walk(regs, &mut mem, &images, rules, trace, &st.opts, (sp, b.hi), 1, out)
+    super::fast::walk(regs, &mut mem, &images, rules, trace, &st.opts, (sp, b.hi), skip, out)
 }
 
 /// Walks the calling thread's stack from `regs` (taken on this thread, in a frame that has not returned) with
