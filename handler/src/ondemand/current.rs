@@ -210,7 +210,7 @@ fn fast_here(
     out: &mut [u64],
 ) -> Option<(usize, bool)> {
     let sp = regs.walk_start()?.sp;
-    let b = stack_bounds::own_stack_bounds(sp)?;
+    let b = own_bounds(sp)?;
     let images = st.images.read();
     if w.rules_generation != st.images.generation() {
         return None;
@@ -229,7 +229,7 @@ fn fast_here(
 #[inline(never)]
 fn walk_here(st: &State, w: &mut Walker, regs: &RegisterValues) {
     let sp = regs.walk_start().map_or(0, |r| r.sp);
-    let bounds = stack_bounds::own_stack_bounds(sp).map(|b| (b.lo, b.hi));
+    let bounds = own_bounds(sp).map(|b| (b.lo, b.hi));
     // SAFETY: `regs` were taken on this thread in a caller's frame that has not returned, and `bounds` are this
     // thread's (recorded by this very thread, holding its stack pointer).
     unsafe { walk_live(st, w, regs, bounds) };
@@ -259,6 +259,29 @@ pub unsafe fn walk_live(st: &State, w: &mut Walker, regs: &RegisterValues, bound
     w.outcome = Some(o);
 }
 
+/// The calling thread's stack when it holds `sp`: the bounds it recorded at start (`crate::crash::stack_bounds`;
+/// Linux threads made through the `pthread_create` wrapper, and the installing thread); on Apple platforms, where
+/// nothing records them, the thread's own stack from `pthread_get_stackaddr_np` / `pthread_get_stacksize_np`
+/// (plain reads of the calling thread's pthread structure: no lock, no allocation).
+fn own_bounds(sp: u64) -> Option<stack_bounds::StackBounds> {
+    if let Some(b) = stack_bounds::own_stack_bounds(sp) {
+        return Some(b);
+    }
+    #[cfg(target_vendor = "apple")]
+    {
+        // SAFETY: both read the calling thread's own pthread structure.
+        let (top, size) = unsafe {
+            let me = libc::pthread_self();
+            (libc::pthread_get_stackaddr_np(me) as u64, libc::pthread_get_stacksize_np(me) as u64)
+        };
+        let lo = top.checked_sub(size)?;
+        if lo <= sp && sp < top {
+            return Some(stack_bounds::StackBounds { lo, hi: top, mapped: false });
+        }
+    }
+    None
+}
+
 /// The platform's fault-proof reader, created at its first read (the Linux one needs the process id, a system
 /// call a walk whose rows are all cached never makes).
 #[derive(Debug)]
@@ -271,7 +294,7 @@ pub struct FaultProof<'a> {
     reader: Option<crate::platform::linux::crash::memory::ProcessVmReader<'a>>,
     #[cfg(target_vendor = "apple")]
     reader: crate::platform::darwin::crash::mach::TaskReader,
-    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+    #[cfg(not(target_os = "linux"))]
     _blocks: core::marker::PhantomData<&'a mut [u8]>,
 }
 
@@ -285,7 +308,10 @@ impl<'a> FaultProof<'a> {
         #[cfg(target_vendor = "apple")]
         {
             let _ = (blocks, pipe);
-            FaultProof { reader: crate::platform::darwin::crash::mach::TaskReader::new() }
+            FaultProof {
+                reader: crate::platform::darwin::crash::mach::TaskReader::new(),
+                _blocks: core::marker::PhantomData,
+            }
         }
         #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
         {

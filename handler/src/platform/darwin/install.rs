@@ -308,6 +308,8 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         buffers.push((rx, tx));
     }
     let (alt_base, alt_size) = prealloc::map_stack(config.alt_stack_size).map_err(close_dir)?;
+    // Stacks on demand (`crate::stacks`): the walkers.
+    let capture_pool = prealloc::capture_pool(config).map_err(close_dir)?;
 
     let mut mask = EXC_MASK_BAD_ACCESS | EXC_MASK_BAD_INSTRUCTION | EXC_MASK_ARITHMETIC | EXC_MASK_BREAKPOINT;
     if debugger_attached() {
@@ -340,6 +342,14 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     };
     let st: &'static State = Box::leak(Box::new(state));
     STATE.store(core::ptr::from_ref(st).cast_mut(), Ordering::Release);
+    let on_demand: &'static crate::ondemand::State = Box::leak(Box::new(crate::ondemand::State {
+        pool: capture_pool,
+        images,
+        opts: crate::unwind::WalkOptions { strip: st.pac, ..crate::unwind::WalkOptions::host() },
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
+    }));
+    crate::ondemand::STATE.store(core::ptr::from_ref(on_demand).cast_mut(), Ordering::Release);
 
     if exc_port != MACH_PORT_NULL {
         for (role, (rx, tx)) in [Role::Secondary, Role::Primary].into_iter().zip(buffers) {
@@ -407,6 +417,7 @@ pub fn uninstall() -> Result<(), InstallError> {
         }
     }
     stop_mach(st);
+    crate::ondemand::STATE.store(core::ptr::null_mut(), Ordering::Release);
     // SAFETY: closing the directory opened at install.
     unsafe { libc::close(st.core.dir_fd) };
     STATE.store(core::ptr::null_mut(), Ordering::Release);
