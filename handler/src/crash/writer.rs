@@ -838,7 +838,7 @@ mod tests {
                 SectionKind::End,
             ]
         );
-        assert_eq!(r.format_version, (2, 1));
+        assert_eq!(r.format_version, (2, 2));
         assert_eq!(r.exception.as_ref().and_then(|e| e.signal), Some(11));
     }
 
