@@ -16,7 +16,10 @@
 //!   `__crash_info`, dyld records) compiled and tested on every host, its FFI half compiled for Apple targets only).
 //!
 //! - [`stacks`]: stacks on demand (the current thread's, or another thread's) with the crash path's unwinder, and
-//!   [`ondemand`], the signal-safe half they run on (the Linux capture signal's handler walks there).
+//!   [`ondemand`], the signal-safe half they run on (the Linux capture signal's handler walks there);
+//!   [`symbols`]: on-device symbolication of such stacks;
+//! - [`nonfatal`]: non-fatal reports (every thread, written while the process goes on), and [`hangs`], the hang
+//!   watchdog that writes one per stall.
 //!
 //! Crash-path code lives only in modules whose path contains `/crash/`, `/unwind/`, `/arch/` or `/ondemand/`.
 
@@ -43,8 +46,10 @@ crash_path_mod! { pub mod arch; }
 pub mod config;
 crash_path_mod! { pub mod crash; }
 pub mod error;
+pub mod hangs;
 pub mod install;
 mod language;
+pub mod nonfatal;
 crash_path_mod! { pub mod ondemand; }
 pub mod platform;
 mod prealloc;

@@ -236,7 +236,7 @@ pub(crate) fn writer_buffers(config: &crate::config::Config) -> Result<crate::cr
 }
 
 /// The walkers of stacks on demand ([`crate::ondemand::pool`]): `config.capture_walkers` of them, about 100 KiB
-/// each, each with a non-blocking pipe of its own where `process_vm_readv` cannot read this process (Linux under
+/// each, each with a 64 KiB walk stack (`map_stack`) and a non-blocking pipe of its own where `process_vm_readv` cannot read this process (Linux under
 /// qemu-user; see `crate::platform::linux::crash::memory`).
 ///
 /// # Errors
@@ -262,8 +262,9 @@ pub(crate) fn capture_pool(config: &crate::config::Config) -> Result<crate::onde
         };
         #[cfg(not(target_os = "linux"))]
         let pipe = None;
+        let (base, size) = map_stack(crate::ondemand::pool::WALK_STACK_BYTES)?;
         // (Each walker may pass through the installing thread's stack on the way, about 100 KiB.)
-        v.push(Entry::new(pipe));
+        v.push(Entry::new(pipe, (base + size) & !15));
     }
     Ok(Pool::new(Vec::leak(v)))
 }

@@ -369,3 +369,14 @@ fn the_symbol_cache_names_captured_frames() {
     assert!(s.name.is_some_and(|n| n.contains("level1")));
     assert!(cache.lookup(8).is_none(), "no image at address 8");
 }
+
+/// The process's main thread (here: libtest's, created before install, with Rust std's small alternate signal
+/// stack, where the walk itself would not fit): captured all the same, on the walker's own stack.
+#[test]
+fn the_main_thread_with_std_s_small_alternate_stack_is_captured() {
+    installed();
+    let mut frames = [0u64; 256];
+    let main = u64::from(std::process::id());
+    let got = stacks::thread_stack(main, &mut frames, Duration::from_secs(5)).expect("main thread");
+    assert!(got.len > 3 && !got.truncated, "{}", show(&frames[..got.len]));
+}

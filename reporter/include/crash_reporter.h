@@ -130,6 +130,34 @@ enum CrashReporterStatus crash_reporter_thread_stack(uint64_t thread_id,
 // The calling thread's id as `crash_reporter_thread_stack` takes it.
 uint64_t crash_reporter_current_thread_id(void);
 
+// Writes a non-fatal report now: every thread's stack, in the crash report format (a report marked non-fatal,
+// kind `app` with `reason`, or `manual` when `reason` is NULL), into the pending reports, uploaded like a crash
+// report. Blocks while the threads are captured and the file is made durable (milliseconds; a thread that does
+// not answer costs at most 200 ms). `CRASH_REPORTER_STATUS_BUSY` when another non-fatal report is being written.
+//
+// # Safety
+// `reason` is NULL or a NUL-terminated UTF-8 string valid for reads during the call.
+enum CrashReporterStatus crash_reporter_report_non_fatal(const char *reason);
+
+// Starts hang detection: when the watched thread (the calling one: call this on the thread that runs the event
+// loop; on Apple platforms the main thread) makes no progress for longer than `threshold_ms` milliseconds, a
+// watchdog thread writes a non-fatal `hang` report with every thread's stack, once per stall. `slow_frame_ms`
+// (0: off) counts shorter stalls as slow frames. On Apple platforms a run-loop observer on the main run loop
+// tells the watchdog about progress; elsewhere the event loop calls `crash_reporter_heartbeat` and
+// `crash_reporter_idle`. `CRASH_REPORTER_STATUS_INVALID_ARGUMENT` for a zero threshold,
+// `CRASH_REPORTER_STATUS_ALREADY_ENABLED` when it already runs.
+enum CrashReporterStatus crash_reporter_start_hang_detection(uint32_t threshold_ms,
+                                                             uint32_t slow_frame_ms);
+
+// Stops hang detection (a hang report being written is finished first).
+void crash_reporter_stop_hang_detection(void);
+
+// The event loop made progress (call it each time it handles something). One atomic store and increment.
+void crash_reporter_heartbeat(void);
+
+// The event loop is about to wait for its next event (waiting is not a hang). One atomic store and increment.
+void crash_reporter_idle(void);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -325,3 +325,75 @@ unsafe fn write_capture(count: *mut usize, truncated: *mut bool, c: handler::sta
         unsafe { *truncated = c.truncated };
     }
 }
+
+/// Writes a non-fatal report now: every thread's stack, in the crash report format (a report marked non-fatal,
+/// kind `app` with `reason`, or `manual` when `reason` is NULL), into the pending reports, uploaded like a crash
+/// report. Blocks while the threads are captured and the file is made durable (milliseconds; a thread that does
+/// not answer costs at most 200 ms). `CRASH_REPORTER_STATUS_BUSY` when another non-fatal report is being written.
+///
+/// # Safety
+/// `reason` is NULL or a NUL-terminated UTF-8 string valid for reads during the call.
+#[no_mangle]
+pub unsafe extern "C" fn crash_reporter_report_non_fatal(reason: *const c_char) -> CrashReporterStatus {
+    guard(|| {
+        // SAFETY: the caller passes a valid string or NULL.
+        let Ok(reason) = (unsafe { opt_str(reason) }) else { return CrashReporterStatus::InvalidArgument };
+        if REPORTER.get().is_none() {
+            return CrashReporterStatus::NotEnabled;
+        }
+        match handler::nonfatal::report(reason) {
+            Ok(_) => CrashReporterStatus::Ok,
+            Err(handler::nonfatal::NonFatalError::Busy) => CrashReporterStatus::Busy,
+            Err(handler::nonfatal::NonFatalError::NotInstalled) => CrashReporterStatus::NotEnabled,
+            Err(handler::nonfatal::NonFatalError::Io(_)) => CrashReporterStatus::StorageError,
+            Err(_) => CrashReporterStatus::Internal,
+        }
+    })
+}
+
+/// Starts hang detection: when the watched thread (the calling one: call this on the thread that runs the event
+/// loop; on Apple platforms the main thread) makes no progress for longer than `threshold_ms` milliseconds, a
+/// watchdog thread writes a non-fatal `hang` report with every thread's stack, once per stall. `slow_frame_ms`
+/// (0: off) counts shorter stalls as slow frames. On Apple platforms a run-loop observer on the main run loop
+/// tells the watchdog about progress; elsewhere the event loop calls `crash_reporter_heartbeat` and
+/// `crash_reporter_idle`. `CRASH_REPORTER_STATUS_INVALID_ARGUMENT` for a zero threshold,
+/// `CRASH_REPORTER_STATUS_ALREADY_ENABLED` when it already runs.
+#[no_mangle]
+pub extern "C" fn crash_reporter_start_hang_detection(threshold_ms: u32, slow_frame_ms: u32) -> CrashReporterStatus {
+    guard(|| {
+        let Some(r) = REPORTER.get() else { return CrashReporterStatus::NotEnabled };
+        if threshold_ms == 0 {
+            return CrashReporterStatus::InvalidArgument;
+        }
+        let config = crate::HangConfig {
+            threshold: std::time::Duration::from_millis(u64::from(threshold_ms)),
+            slow_frame: (slow_frame_ms > 0).then(|| std::time::Duration::from_millis(u64::from(slow_frame_ms))),
+            ..crate::HangConfig::default()
+        };
+        match r.start_hang_detection(&config) {
+            Ok(()) => CrashReporterStatus::Ok,
+            Err(crate::HangError::AlreadyRunning) => CrashReporterStatus::AlreadyEnabled,
+            Err(crate::HangError::InvalidConfig) => CrashReporterStatus::InvalidArgument,
+            Err(crate::HangError::NotInstalled) => CrashReporterStatus::NotEnabled,
+            Err(crate::HangError::Spawn(_)) => CrashReporterStatus::Internal,
+        }
+    })
+}
+
+/// Stops hang detection (a hang report being written is finished first).
+#[no_mangle]
+pub extern "C" fn crash_reporter_stop_hang_detection() {
+    let _ = std::panic::catch_unwind(handler::hangs::stop);
+}
+
+/// The event loop made progress (call it each time it handles something). One atomic store and increment.
+#[no_mangle]
+pub extern "C" fn crash_reporter_heartbeat() {
+    handler::hangs::heartbeat();
+}
+
+/// The event loop is about to wait for its next event (waiting is not a hang). One atomic store and increment.
+#[no_mangle]
+pub extern "C" fn crash_reporter_idle() {
+    handler::hangs::idle();
+}

@@ -24,6 +24,8 @@ pub mod store;
 pub mod upload;
 
 pub use app::AppInfo;
+pub use handler::hangs::{heartbeat, idle, HangConfig, HangError, HangStats};
+pub use handler::nonfatal::{NonFatalError, ReportId};
 pub use handler::set_crash_reason;
 pub use store::{PendingReport, Store};
 pub use upload::{Summary, UploadPolicy};
@@ -218,6 +220,37 @@ impl Reporter {
     /// What the synchronous crash-loop upload in `enable()` did, if one ran.
     pub fn crash_loop_upload(&self) -> Option<&Summary> {
         self.loop_summary.as_ref()
+    }
+
+    /// Writes a non-fatal report now (every thread's stack, format 2.2 META `nf`) into the pending reports: kind
+    /// `app` with `reason`, or `manual` without. It is uploaded like a crash report (at the next launch, or by
+    /// [`Reporter::upload_pending`]). See `handler::nonfatal::report`.
+    ///
+    /// # Errors
+    /// [`NonFatalError`].
+    pub fn report_non_fatal(&self, reason: Option<&str>) -> Result<ReportId, NonFatalError> {
+        handler::nonfatal::report(reason)
+    }
+
+    /// Starts hang detection: a watchdog writes a non-fatal `hang` report when the watched thread (by default the
+    /// calling one: call it on the thread that runs the event loop) makes no progress for longer than
+    /// `config.threshold`. The event loop tells its progress with [`heartbeat`] and [`idle`]; on Apple platforms a
+    /// run-loop observer on the main run loop does that too (type-checked only). See `handler::hangs`.
+    ///
+    /// # Errors
+    /// [`HangError`].
+    pub fn start_hang_detection(&self, config: &HangConfig) -> Result<(), HangError> {
+        handler::hangs::start(config)?;
+        #[cfg(target_vendor = "apple")]
+        {
+            let _ = handler::platform::darwin::runloop::observe_main_run_loop();
+        }
+        Ok(())
+    }
+
+    /// Stops hang detection (a hang report being written is finished first).
+    pub fn stop_hang_detection(&self) {
+        handler::hangs::stop();
     }
 
     /// The limits in force.

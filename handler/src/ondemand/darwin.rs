@@ -24,6 +24,25 @@ pub fn thread_stack(tid: u64, out: &mut [u64]) -> Result<Captured, CaptureError>
     if tid == crate::stacks::current_thread_id() {
         return current_stack_skipping(out, 1);
     }
+    capture_with(tid, &mut |w| {
+        let Some(o) = w.outcome.filter(|o| o.frames > 0) else { return Err(CaptureError::NoRegisters) };
+        let (len, cut) = super::expand::expand(w.frames(), w.repeats(), 0, out);
+        Ok(Captured { len, truncated: cut || o.truncated })
+    })
+}
+
+/// Suspends thread `tid`, walks it into a walker, resumes it, then calls `take` with the walker (after the resume:
+/// `take` may do anything). The calling thread cannot be captured this way ([`CaptureError::Os`]).
+///
+/// # Errors
+/// As [`thread_stack`]; `take`'s own error.
+pub fn capture_with<R>(
+    tid: u64,
+    take: &mut dyn FnMut(&super::pool::Walker) -> Result<R, CaptureError>,
+) -> Result<R, CaptureError> {
+    if tid == crate::stacks::current_thread_id() {
+        return Err(CaptureError::Os(0));
+    }
     let st = state().ok_or(CaptureError::NotInstalled)?;
     let mut claim = claim_walker(st)?;
     let list = mach::ThreadList::take().ok_or(CaptureError::Os(0))?;
@@ -38,8 +57,7 @@ pub fn thread_stack(tid: u64, out: &mut [u64]) -> Result<Captured, CaptureError>
     }
     // Suspended: from here to the resume, nothing that allocates or locks.
     let w = claim.walker();
-    let regs = mach::registers(port, st.opts.strip, false);
-    match regs {
+    match mach::registers(port, st.opts.strip, false) {
         Some(regs) => {
             let images = st.images.read();
             w.sync_rules(st.images.generation());
@@ -53,7 +71,5 @@ pub fn thread_stack(tid: u64, out: &mut [u64]) -> Result<Captured, CaptureError>
     }
     mach::resume(port);
     list.release();
-    let Some(o) = w.outcome.filter(|o| o.frames > 0) else { return Err(CaptureError::NoRegisters) };
-    let (len, cut) = super::expand::expand(w.frames(), w.repeats(), 0, out);
-    Ok(Captured { len, truncated: cut || o.truncated })
+    take(w)
 }

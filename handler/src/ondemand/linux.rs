@@ -104,9 +104,23 @@ unsafe fn answer(st: &'static State, info: *mut libc::siginfo_t, uc: *mut c_void
         // SAFETY: `uc` is the kernel's ucontext for this signal (or null).
         let regs = unsafe { context::registers(uc) };
         let bounds = stack_bounds::stack_bounds(tid).map(|b| (b.lo, b.hi));
-        // SAFETY: `regs` are the context this signal interrupted on this very thread, whose handler this is, and
-        // `bounds` were recorded for this thread.
-        unsafe { walk_live(st, claim.walker(), &regs, bounds) };
+        let w = claim.walker();
+        let top = w.stack_top;
+        let mut args = WalkArgs { st, w, regs, bounds };
+        if top != 0 {
+            // The walk runs on the walker's own stack: the signal may have arrived on a small alternate stack.
+            // SAFETY: `top` is the 16-aligned top of the walker's mapped stack, used by nobody else while this
+            // thread holds the walker (the request's claim); `args` outlives the call.
+            unsafe {
+                crate::platform::linux::crash::stack_switch::run_on_stack(
+                    top,
+                    walk_trampoline,
+                    core::ptr::from_mut(&mut args).cast(),
+                )
+            };
+        } else {
+            walk_trampoline(core::ptr::from_mut(&mut args).cast());
+        }
         // The claim goes back to the request (its caller frees it).
         let _ = claim.into_index();
     }
@@ -118,6 +132,23 @@ unsafe fn answer(st: &'static State, info: *mut libc::siginfo_t, uc: *mut c_void
     // SAFETY: `ABANDONED` hands the request's claim to this thread; nobody else uses it any more.
     drop(unsafe { st.pool.reclaim(index) });
     req.state.store(FREE, Ordering::Release);
+}
+
+/// What [`walk_trampoline`] walks with.
+struct WalkArgs<'a> {
+    st: &'static State,
+    w: &'a mut super::pool::Walker,
+    regs: crate::arch::RegisterValues,
+    bounds: Option<(u64, u64)>,
+}
+
+/// The walk of [`answer`], callable on another stack.
+extern "C" fn walk_trampoline(arg: *mut c_void) {
+    // SAFETY: `arg` is the `WalkArgs` `answer` passed, alive (and not otherwise used) until this returns.
+    let a = unsafe { &mut *arg.cast::<WalkArgs<'_>>() };
+    // SAFETY: `regs` are the context the capture signal interrupted on this very thread, whose handler runs this,
+    // and `bounds` were recorded for this thread.
+    unsafe { walk_live(a.st, a.w, &a.regs, a.bounds) };
 }
 
 /// Thread `tid`'s stack (a thread of this process), innermost first, into `out`: `out[0]` is the pc where the

@@ -17,6 +17,7 @@
 //! - [`linux`]: capture of another thread by signal (request slots, the signal handler).
 //! - `darwin` (Apple platforms, type-checked only): capture of another thread by `thread_suspend` /
 //!   `thread_get_state` / walk / `thread_resume`.
+//! - [`nonfatal`]: non-fatal reports (every thread, the crash report format, written while the process goes on).
 #![allow(unsafe_code)]
 
 pub mod current;
@@ -24,6 +25,7 @@ pub mod expand;
 pub mod fast;
 #[cfg(target_os = "linux")]
 pub mod linux;
+pub mod nonfatal;
 pub mod pool;
 pub mod reader;
 #[cfg(target_vendor = "apple")]
@@ -45,6 +47,10 @@ pub struct State {
     pub opts: WalkOptions,
     /// Process id at install (the fault-proof reader's target; re-read by the Linux capture for forked children).
     pub pid: i32,
+    /// The report directory (the crash path's), where non-fatal reports go too.
+    pub dir_fd: i32,
+    /// META text captured at install (OS, hardware, process, app).
+    pub text: &'static crate::crash::capture::Text,
     /// The real-time signal that asks a thread to walk its own stack (Linux).
     #[cfg(target_os = "linux")]
     pub signal: i32,

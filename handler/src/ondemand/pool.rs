@@ -18,6 +18,10 @@ use core::sync::atomic::{AtomicBool, Ordering};
 pub const MAX_FRAMES: usize = 512;
 /// Repeat records one walk stores.
 pub const REPEATS: usize = 32;
+/// Bytes of the stack a walker's walks run on inside the capture signal's handler (mapped at install with a guard
+/// page, `MAP_NORESERVE`: only the pages a walk touches, about 20 KiB, cost memory).
+pub const WALK_STACK_BYTES: usize = 64 * 1024;
+
 /// Bytes of a walker's reader block cache: 2 blocks of 4 KiB (`platform::linux::crash::memory::BLOCK`). It only
 /// serves walks whose rows are not cached yet (reads of `.eh_frame_hdr` and FDEs), and the stack of a thread
 /// whose bounds were not recorded.
@@ -44,6 +48,10 @@ pub struct Walker {
     pub regs: RegisterValues,
     /// The fault-proof reader's block cache.
     pub blocks: [u8; BLOCK_CACHE_BYTES],
+    /// Top (16-aligned) of a stack of [`WALK_STACK_BYTES`] this walker's walks run on inside the Linux capture
+    /// signal's handler (0: none, walk on the signal's stack). The signal may arrive on a small alternate stack
+    /// (Rust std gives the main thread and its threads one of a few KiB) where the walk's 13 KiB do not fit.
+    pub stack_top: usize,
     /// A non-blocking pipe `(read, write)` of this walker's own, for the reader where `process_vm_readv` cannot
     /// read this process (qemu-user; see `platform::linux::crash::memory`). Each walker has its own: the pipe
     /// carries one read at a time.
@@ -52,7 +60,7 @@ pub struct Walker {
 
 impl Walker {
     /// A fresh walker (install time; about 90 KiB).
-    pub fn new(pipe: Option<(i32, i32)>) -> Walker {
+    pub fn new(pipe: Option<(i32, i32)>, stack_top: usize) -> Walker {
         Walker {
             rules: RuleCache::EMPTY,
             trace: super::fast::Trace::EMPTY,
@@ -63,6 +71,7 @@ impl Walker {
             outcome: None,
             regs: RegisterValues::EMPTY,
             blocks: [0; BLOCK_CACHE_BYTES],
+            stack_top,
             pipe,
         }
     }
@@ -104,8 +113,8 @@ pub struct Entry {
 
 impl Entry {
     /// A free entry (install time).
-    pub fn new(pipe: Option<(i32, i32)>) -> Entry {
-        Entry { busy: AtomicBool::new(false), walker: UnsafeCell::new(Walker::new(pipe)) }
+    pub fn new(pipe: Option<(i32, i32)>, stack_top: usize) -> Entry {
+        Entry { busy: AtomicBool::new(false), walker: UnsafeCell::new(Walker::new(pipe, stack_top)) }
     }
 }
 
@@ -193,7 +202,7 @@ mod tests {
 
     #[test]
     fn claims_are_exclusive_and_freed_on_drop_or_handed_over() {
-        let entries: &'static [Entry] = Vec::leak((0..2).map(|_| Entry::new(None)).collect());
+        let entries: &'static [Entry] = Vec::leak((0..2).map(|_| Entry::new(None, 0)).collect());
         let pool = Pool::new(entries);
         let mut a = pool.claim().expect("first");
         let b = pool.claim().expect("second");

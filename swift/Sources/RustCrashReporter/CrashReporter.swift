@@ -144,6 +144,31 @@ public enum CrashReporter {
         Int(crash_reporter_pending_count())
     }
 
+    // MARK: Non-fatal reports and hang detection
+
+    /// Writes a non-fatal report now: every thread's stack, in the crash report format, marked non-fatal (kind
+    /// `app` with `reason`, `manual` without), uploaded like a crash report. Blocks while the threads are captured
+    /// and the file is written (milliseconds); call it off the main thread if that matters.
+    /// - Throws: `.busy` when another non-fatal report is being written, `.notEnabled`, `.storageError`.
+    public static func reportNonFatal(reason: String? = nil) throws {
+        try check(withOptionalCString(reason) { crash_reporter_report_non_fatal($0) })
+    }
+
+    /// Starts hang detection: a run-loop observer on the main run loop tells a watchdog thread when the main thread
+    /// makes progress; a stall longer than `threshold` writes one non-fatal `hang` report with every thread's stack
+    /// (the report that explains a later watchdog kill, `0x8badf00d`, or a force-quit at the next launch). Stalls
+    /// longer than `slowFrame` (nil: off) are counted as slow frames.
+    /// - Throws: `.alreadyEnabled` when it already runs, `.invalidArgument` for a zero threshold, `.notEnabled`.
+    public static func startHangDetection(threshold: TimeInterval = 2.0, slowFrame: TimeInterval? = 0.5) throws {
+        let ms = { (t: TimeInterval) in UInt32(clamping: Int((max(t, 0) * 1000).rounded())) }
+        try check(crash_reporter_start_hang_detection(ms(threshold), slowFrame.map(ms) ?? 0))
+    }
+
+    /// Stops hang detection (a hang report being written is finished first).
+    public static func stopHangDetection() {
+        crash_reporter_stop_hang_detection()
+    }
+
     // MARK: Stacks on demand
 
     /// The calling thread's return addresses, innermost first: the first one returns into the function that called

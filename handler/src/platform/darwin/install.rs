@@ -348,6 +348,8 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         opts: crate::unwind::WalkOptions { strip: st.pac, ..crate::unwind::WalkOptions::host() },
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() },
+        dir_fd: st.core.dir_fd,
+        text: &st.core.text,
     }));
     crate::ondemand::STATE.store(core::ptr::from_ref(on_demand).cast_mut(), Ordering::Release);
 

@@ -76,7 +76,7 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     // stack bounds recorded; see `threads`.
     threads::enable(config.alt_stack_size).map_err(close_dir)?;
     // Stacks on demand (`crate::stacks`): walkers and the capture signal's handler.
-    let on_demand = ondemand::install(config, &state.images, capture_signal).map_err(close_dir)?;
+    let on_demand = ondemand::install(config, &state.core, &state.images, capture_signal).map_err(close_dir)?;
 
     // Publish the state before any handler can run.
     STATE.store(core::ptr::from_ref(state).cast_mut(), Ordering::Release);

@@ -38,12 +38,19 @@ pub fn capture_signal(config: &Config, stop_signal: i32) -> Result<i32, InstallE
 ///
 /// # Errors
 /// [`InstallError::OutOfMemory`].
-pub fn install(config: &Config, images: &'static ImageTable, signal: i32) -> Result<Installed, InstallError> {
+pub fn install(
+    config: &Config,
+    crash_core: &'static crate::crash::capture::Core,
+    images: &'static ImageTable,
+    signal: i32,
+) -> Result<Installed, InstallError> {
     let state: &'static State = Box::leak(Box::new(State {
         pool: crate::prealloc::capture_pool(config)?,
         images,
         opts: crate::unwind::WalkOptions::host(),
         pid: crate::platform::linux::crash::sys::getpid(),
+        dir_fd: crash_core.dir_fd,
+        text: &crash_core.text,
         signal,
     }));
     ondemand::STATE.store(core::ptr::from_ref(state).cast_mut(), Ordering::Release);
