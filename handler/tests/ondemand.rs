@@ -30,6 +30,18 @@ fn installed() {
     black_box(dir);
 }
 
+/// `f` again while it says `Busy` (more captures at once than walkers: this file's tests run in parallel, and
+/// under qemu-user each capture takes milliseconds), for at most 30 s.
+fn retry<T>(mut f: impl FnMut() -> Result<T, CaptureError>) -> Result<T, CaptureError> {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        match f() {
+            Err(CaptureError::Busy) if Instant::now() < until => std::thread::sleep(Duration::from_millis(1)),
+            other => return other,
+        }
+    }
+}
+
 fn show(v: &[u64]) -> String {
     // Addresses in the test executable as file offsets (`addr2line -e <test binary> -f -C <offset>` names them).
     let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
@@ -49,7 +61,14 @@ fn show(v: &[u64]) -> String {
 #[inline(never)]
 fn both_here() -> (Vec<u64>, Vec<u64>) {
     let mut ours = [0u64; 256];
-    let got = stacks::current_stack(&mut ours).expect("current_stack");
+    // Retried in place (a closure would add frames of its own to the capture).
+    let until = Instant::now() + Duration::from_secs(30);
+    let got = loop {
+        match stacks::current_stack(&mut ours) {
+            Err(CaptureError::Busy) if Instant::now() < until => std::thread::sleep(Duration::from_millis(1)),
+            other => break other.expect("current_stack"),
+        }
+    };
     let mut raw = [std::ptr::null_mut(); 256];
     // SAFETY: the buffer holds 256 pointers.
     let n = unsafe { backtrace(raw.as_mut_ptr(), 256) };
@@ -109,7 +128,13 @@ fn current_stack_lists_the_callers_backtrace_lists_on_a_pthread_create_thread() 
 fn current_stack_skipping_leaves_out_the_wrappers_own_frame() {
     #[inline(never)]
     fn wrapper(out: &mut [u64]) -> usize {
-        let got = stacks::current_stack_skipping(out, 1).expect("capture");
+        let until = Instant::now() + Duration::from_secs(30);
+        let got = loop {
+            match stacks::current_stack_skipping(out, 1) {
+                Err(CaptureError::Busy) if Instant::now() < until => std::thread::sleep(Duration::from_millis(1)),
+                other => break other.expect("capture"),
+            }
+        };
         black_box(&out);
         got.len
     }
@@ -134,11 +159,11 @@ fn current_stack_skipping_leaves_out_the_wrappers_own_frame() {
 fn a_short_buffer_is_filled_and_flagged_truncated() {
     installed();
     let mut two = [0u64; 2];
-    let got = stacks::current_stack(&mut two).expect("capture");
+    let got = retry(|| stacks::current_stack(&mut two)).expect("capture");
     assert_eq!(got.len, 2);
     assert!(got.truncated);
     let mut none: [u64; 0] = [];
-    assert!(stacks::current_stack(&mut none).expect("capture").truncated);
+    assert!(retry(|| stacks::current_stack(&mut none)).expect("capture").truncated);
 }
 
 /// Deep recursion: the walker stores it compressed, the caller gets it in full (as `backtrace(3)` lists it).
@@ -170,7 +195,13 @@ struct Sleeper {
 #[inline(never)]
 fn sleeper(fd: i32, tx: mpsc::Sender<(u64, Vec<u64>)>) {
     let mut own = [0u64; 128];
-    let got = stacks::current_stack(&mut own).expect("own stack");
+    let until = Instant::now() + Duration::from_secs(30);
+    let got = loop {
+        match stacks::current_stack(&mut own) {
+            Err(CaptureError::Busy) if Instant::now() < until => std::thread::sleep(Duration::from_millis(1)),
+            other => break other.expect("own stack"),
+        }
+    };
     tx.send((stacks::current_thread_id(), own[..got.len].to_vec())).expect("send");
     let mut b = [0u8; 1];
     // SAFETY: reading one byte into a valid buffer from our pipe; blocks until the test writes.
@@ -221,7 +252,7 @@ fn another_threads_stack_ends_with_the_callers_it_listed_itself() {
     let s = start_sleeper(false);
     let mut frames = [0u64; 256];
     for round in 0..3 {
-        let got = stacks::thread_stack(s.tid, &mut frames, Duration::from_secs(5)).expect("thread_stack");
+        let got = retry(|| stacks::thread_stack(s.tid, &mut frames, Duration::from_secs(5))).expect("thread_stack");
         let theirs = &frames[..got.len];
         // Its own list: [return into `sleeper` after current_stack, sleeper's caller, ...]. Ours, taken in read(2):
         // [pc in libc's read, ..., return into `sleeper` after read, sleeper's caller, ...].
@@ -244,14 +275,14 @@ fn a_thread_that_blocks_the_capture_signal_times_out_and_the_next_capture_works(
     let blocked = start_sleeper(true);
     let mut frames = [0u64; 64];
     let t0 = Instant::now();
-    let r = stacks::thread_stack(blocked.tid, &mut frames, Duration::from_millis(200));
+    let r = retry(|| stacks::thread_stack(blocked.tid, &mut frames, Duration::from_millis(200)));
     let took = t0.elapsed();
     assert_eq!(r, Err(CaptureError::Timeout));
     assert!(took >= Duration::from_millis(200) && took < Duration::from_secs(5), "{took:?}");
     // Its pending signal arrives when it unblocks (never here: it exits with it blocked). Walker and slot are free:
     let other = start_sleeper(false);
     for _ in 0..8 {
-        stacks::thread_stack(other.tid, &mut frames, Duration::from_secs(5)).expect("after a timeout");
+        retry(|| stacks::thread_stack(other.tid, &mut frames, Duration::from_secs(5))).expect("after a timeout");
     }
     blocked.finish();
     other.finish();
@@ -262,18 +293,25 @@ fn threads_that_are_not_ours_are_refused() {
     installed();
     let mut frames = [0u64; 8];
     // pid 1's main thread is not a thread of this process.
-    assert_eq!(stacks::thread_stack(1, &mut frames, Duration::from_millis(100)), Err(CaptureError::NoSuchThread));
+    assert_eq!(
+        retry(|| stacks::thread_stack(1, &mut frames, Duration::from_millis(100))),
+        Err(CaptureError::NoSuchThread)
+    );
     let t = std::thread::spawn(stacks::current_thread_id);
     let gone = t.join().expect("join");
     std::thread::sleep(Duration::from_millis(20));
-    assert_eq!(stacks::thread_stack(gone, &mut frames, Duration::from_millis(100)), Err(CaptureError::NoSuchThread));
+    assert_eq!(
+        retry(|| stacks::thread_stack(gone, &mut frames, Duration::from_millis(100))),
+        Err(CaptureError::NoSuchThread)
+    );
 }
 
 #[test]
 fn the_calling_thread_can_ask_for_its_own_stack() {
     installed();
     let mut frames = [0u64; 128];
-    let got = stacks::thread_stack(stacks::current_thread_id(), &mut frames, Duration::from_secs(5)).expect("self");
+    let got =
+        retry(|| stacks::thread_stack(stacks::current_thread_id(), &mut frames, Duration::from_secs(5))).expect("self");
     let (ours, _) = level1();
     // Both end with this test function's callers (the harness's frames).
     let tail = &ours[ours.len() - 4..];
@@ -377,6 +415,6 @@ fn the_main_thread_with_std_s_small_alternate_stack_is_captured() {
     installed();
     let mut frames = [0u64; 256];
     let main = u64::from(std::process::id());
-    let got = stacks::thread_stack(main, &mut frames, Duration::from_secs(5)).expect("main thread");
+    let got = retry(|| stacks::thread_stack(main, &mut frames, Duration::from_secs(5))).expect("main thread");
     assert!(got.len > 3 && !got.truncated, "{}", show(&frames[..got.len]));
 }

@@ -455,7 +455,20 @@ fn run(o: &Options) -> Result<(), String> {
         )?;
         let peer_secs = t0.elapsed().as_secs_f64();
         let p1 = probe::proc_figures(&pid);
-        text.push_str(&idle_table(o, &idle, p1.cpu_ticks - p0.cpu_ticks, p1.switches - p0.switches, peer_secs));
+        progress(&format!("idle window of {} s with hang detection", o.idle_secs));
+        let idle_hangs = run_probe(
+            &exe,
+            "__idle",
+            &[work.join("idle-hangs").display().to_string(), o.idle_secs.to_string(), port.to_string(), "hangs".into()],
+        )?;
+        text.push_str(&idle_table(
+            o,
+            &idle,
+            &idle_hangs,
+            p1.cpu_ticks - p0.cpu_ticks,
+            p1.switches - p0.switches,
+            peer_secs,
+        ));
         Ok((text, samples64))
     });
     peer.stop();
@@ -648,6 +661,7 @@ fn commit_floor(work: &Path, size: usize, runs: usize) -> Result<Summary, String
 fn idle_table(
     o: &Options,
     m: &std::collections::BTreeMap<String, String>,
+    h: &std::collections::BTreeMap<String, String>,
     peer_ticks: u64,
     peer_sw: u64,
     peer_secs: f64,
@@ -664,9 +678,11 @@ fn idle_table(
          server process over the same window ({ps:.1} s, `/proc/<pid>/stat`, all its threads).\n\n\
          | | window s | CPU | context switches | threads | installed |\n|---|---|---|---|---|---|\n\
          | ours (reporter enabled, idle) | {w} | {cpu_us} µs ({ticks} ticks) | {switches} | {threads} | {inst} |\n\
+         | ours + hang detection (`HangConfig::default()`: 2 s threshold, 500 ms slow frames, watchdog period {hp} ms; the watched loop idle) | {w} | {hcpu} µs ({hticks} ticks) | {hsw} | {hthreads} | {hinst} |\n\
          | peer (minidumper server, idle) | {ps:.1} | {pt} ticks ({pms:.0} ms) | {peer_sw} | - | - |\n\n\
          | target | figure | verdict |\n|---|---|---|\n\
-         | (e) zero steady-state cost: no thread but the measuring one, no wakeup but its own sleep, 0 CPU ticks | {threads} thread(s), {switches} context switch(es), {ticks} ticks, {cpu_us} µs (getrusage) in {w} s | {v} |\n\n",
+         | (e) zero steady-state cost: no thread but the measuring one, no wakeup but its own sleep, 0 CPU ticks | {threads} thread(s), {switches} context switch(es), {ticks} ticks, {cpu_us} µs (getrusage) in {w} s | {v} |\n\
+         | (e) hang detection costs one timer wake-up per period and nothing else while nothing stalls: at most {hmax:.0} switches ({w} s / {hp} ms + the measuring sleep, 10% slack), no hang report | {hsw} context switch(es), {hticks} ticks, {hcpu} µs, {hhangs} hang(s), {hslow} slow frame(s) | {hv} |\n\n",
         w = o.idle_secs,
         ticks = num(m, "cpu_ticks"),
         threads = num(m, "threads"),
@@ -675,7 +691,27 @@ fn idle_table(
         pt = peer_ticks,
         pms = peer_ticks as f64 * 1000.0 / hz,
         v = verdict(num(m, "cpu_ticks") == 0.0 && switches <= 1.0 && num(m, "threads") == 1.0),
+        hp = num(h, "period_ms"),
+        hcpu = num(h, "cpu_us"),
+        hticks = num(h, "cpu_ticks"),
+        hsw = num(h, "switches"),
+        hthreads = num(h, "threads"),
+        hinst = h.get("installed").map_or("?", String::as_str),
+        hhangs = num(h, "hangs"),
+        hslow = num(h, "slow_frames"),
+        hmax = hang_max_switches(o.idle_secs, num(h, "period_ms")),
+        hv = verdict(
+            num(h, "switches") <= hang_max_switches(o.idle_secs, num(h, "period_ms"))
+                && num(h, "hangs") == 0.0
+                && num(h, "slow_frames") == 0.0
+        ),
     )
+}
+
+/// Context switches hang detection may cost in `secs` seconds at a wake-up every `period_ms`: one per period plus
+/// the measuring thread's own sleep, with 10 % slack for timer slack and a period boundary at each end.
+fn hang_max_switches(secs: f64, period_ms: f64) -> f64 {
+    (secs * 1000.0 / period_ms + 2.0) * 1.1
 }
 
 fn install_table(ctx: &Ctx) -> Result<String, String> {

@@ -27,21 +27,31 @@ pub struct Captured {
     pub truncated: bool,
 }
 
-/// Times [`claim_walker`] looks for a free walker before it gives up with [`CaptureError::Busy`], yielding the CPU
-/// between tries (`sched_yield`): a walker is held for one walk, microseconds, unless its holder was preempted.
-const CLAIM_TRIES: u32 = 64;
+/// Times [`claim_walker`] yields the CPU (`sched_yield`) between tries before it starts sleeping: a walker is held
+/// for one walk, microseconds, unless its holder was preempted.
+const CLAIM_YIELDS: u32 = 64;
+/// Then it sleeps [`CLAIM_SLEEP_NS`] between tries, this many times (10 ms in all) before it gives up with
+/// [`CaptureError::Busy`]: the holders were preempted, or more threads capture at once than there are walkers.
+const CLAIM_SLEEPS: u32 = 100;
+/// Nanoseconds of each sleep of [`claim_walker`].
+const CLAIM_SLEEP_NS: u64 = 100_000;
 
-/// A free walker of the pool, waiting (bounded, [`CLAIM_TRIES`] yields) while all are taken. Not for signal
-/// handlers that must not wait (the Linux capture handler gets its walker from the request instead).
+/// A free walker of the pool, waiting (bounded: [`CLAIM_YIELDS`] yields, then [`CLAIM_SLEEPS`] sleeps of
+/// [`CLAIM_SLEEP_NS`], 10 ms at most) while all are taken. Signal-safe (`sched_yield`, `nanosleep`). The Linux
+/// capture handler does not wait here: it gets its walker from the request.
 pub fn claim_walker(st: &'static State) -> Result<Claim<'static>, CaptureError> {
     if st.pool.is_empty() {
         return Err(CaptureError::NotInstalled);
     }
-    for _ in 0..CLAIM_TRIES {
+    for i in 0..CLAIM_YIELDS.saturating_add(CLAIM_SLEEPS) {
         if let Some(c) = st.pool.claim() {
             return Ok(c);
         }
-        yield_cpu();
+        if i < CLAIM_YIELDS {
+            yield_cpu();
+        } else {
+            sleep_ns(CLAIM_SLEEP_NS);
+        }
     }
     Err(CaptureError::Busy)
 }
@@ -52,6 +62,17 @@ fn yield_cpu() {
     unsafe {
         libc::sched_yield();
     }
+}
+
+fn sleep_ns(ns: u64) {
+    #[cfg(unix)]
+    {
+        let ts = libc::timespec { tv_sec: 0, tv_nsec: ns.min(999_999_999) as libc::c_long };
+        // SAFETY: valid in-pointer; a null remainder is allowed (nanosleep is async-signal-safe, POSIX.1-2017).
+        unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
+    }
+    #[cfg(not(unix))]
+    let _ = ns;
 }
 
 /// The body of [`current_stack`] and [`current_stack_skipping`]: a macro, not a function, so that the registers are
