@@ -41,9 +41,12 @@ pub struct Config {
     pub release_timeout_ms: u32,
     /// The real-time signal used to stop threads (Linux); `None` picks `SIGRTMAX() - 4`.
     pub stop_signal: Option<i32>,
-    /// Walkers preallocated for stacks on demand (`crate::stacks`): how many captures can run at once (about
-    /// 100 KiB each: the unwinder's 62 KiB row cache, a 16 KiB reader block cache, a 512-frame buffer). 0 turns
-    /// stacks on demand off (every capture then fails with `NotInstalled`); the crash path never uses them.
+    /// Walkers preallocated for stacks on demand (`crate::stacks`), non-fatal reports and hang detection: how many
+    /// captures can run at once (a capture waits up to 10 ms for a walker, then fails with `Busy`). About 90 KiB of
+    /// heap each (the unwinder's 62 KiB row cache, a 12 KiB recipe cache, an 8 KiB reader block cache, a 512-frame
+    /// buffer) and a walk stack (`MAP_NORESERVE`; 32 KiB, 128 KiB in debug builds). Default 1; raise it when several threads capture at
+    /// once. 0 turns stacks on demand off (every capture then fails with `NotInstalled`); the crash path never
+    /// uses them.
     pub capture_walkers: usize,
     /// The real-time signal that asks a thread to walk its own stack for `crate::stacks::thread_stack` (Linux);
     /// `None` picks `SIGRTMAX() - 5`. Reserved like the stop signal: the application must not use it.
@@ -52,7 +55,7 @@ pub struct Config {
 
 impl Config {
     /// Defaults: 512 threads, 512 frames, 1024 images with 128 KiB of paths, 128 KiB alternate stack, 256 KiB
-    /// crash stack, 1 s stop timeout, 10 s release timeout, 2 walkers for stacks on demand.
+    /// crash stack, 1 s stop timeout, 10 s release timeout, 1 walker for stacks on demand.
     pub fn new(report_dir: impl Into<PathBuf>) -> Self {
         Config {
             report_dir: report_dir.into(),
@@ -68,7 +71,7 @@ impl Config {
             stop_timeout_ms: 1000,
             release_timeout_ms: 10_000,
             stop_signal: None,
-            capture_walkers: 2,
+            capture_walkers: 1,
             capture_signal: None,
         }
     }

@@ -393,8 +393,8 @@ fn the_symbol_cache_names_captured_frames() {
     let n = cache.len();
     assert_eq!(names(&mut cache), first, "the second lookup is the cached first one");
     assert_eq!(cache.len(), n);
-    // ours[0] returns into both_here, then level2, level1, this test.
-    for (i, want) in ["both_here", "level2", "level1", "the_symbol_cache_names_captured_frames"].iter().enumerate() {
+    // ours[0] returns into both_here, then level2, level1 (then this test, unless an optimized build inlined it).
+    for (i, want) in ["both_here", "level2", "level1"].iter().enumerate() {
         assert!(first[i].contains(want), "frame {i}: {} (all: {first:?})", first[i]);
         assert!(first[i].starts_with("ondemand-"), "frame {i} is in the test executable: {}", first[i]);
     }

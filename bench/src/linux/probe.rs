@@ -116,10 +116,15 @@ pub fn install_main(a: &[String]) -> ExitCode {
     println!("heap_calls={}", a1.calls - a0.calls);
     println!("maps_delta={}", maps1.saturating_sub(maps0));
     println!("rss_delta={}", rss1.saturating_sub(rss0));
-    // The two stacks install maps (`map_stack` in handler/src/platform/linux/mod.rs: size rounded to pages plus one
-    // guard page each), computed from the Config.
+    // The stacks install maps (`map_stack` in handler/src/prealloc.rs: size rounded to pages plus one guard page
+    // each), computed from the Config: the alternate signal stack, the crash stack, and one walk stack per walker of
+    // stacks on demand (handler::ondemand::pool::WALK_STACK_BYTES).
     let page = 4096;
-    let stacks = config.alt_stack_size.div_ceil(page) * page + config.crash_stack_size.div_ceil(page) * page + 2 * page;
+    let walk = handler::ondemand::pool::WALK_STACK_BYTES.div_ceil(page) * page + page;
+    let stacks = config.alt_stack_size.div_ceil(page) * page
+        + config.crash_stack_size.div_ceil(page) * page
+        + 2 * page
+        + config.capture_walkers * walk;
     println!("stacks={stacks}");
     println!("images={images}");
     ExitCode::SUCCESS

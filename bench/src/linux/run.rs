@@ -765,8 +765,8 @@ fn install_table(ctx: &Ctx) -> Result<String, String> {
          Each figure is one fresh process: it `dlopen`s the {libs} libraries, then times one call ({n} processes). \
          Heap: bytes the call left allocated, counted by a counting global allocator (Rust allocations; the handler \
          makes no C allocations). Stacks: the alternate signal stack and the crash stack install `mmap`s \
-         (`MAP_NORESERVE`), computed from the default `Config` (sizes plus one guard page each); they are virtual \
-         until touched. Mapping growth: `/proc/self/maps` after minus before (includes the stacks and the heap's \
+         (`MAP_NORESERVE`) and the walk stacks of stacks on demand (one per `Config::capture_walkers`), computed \
+         from the default `Config` (sizes plus one guard page each); they are virtual until touched. Mapping growth: `/proc/self/maps` after minus before (includes the stacks and the heap's \
          own `mmap`s for large blocks, so it overlaps the heap column). RSS growth: `VmRSS` after minus before.\n\n\
          | call | median ms | max ms | heap preallocated | stacks mapped | total preallocated | mapping growth | RSS growth | images in the table |\n\
          |---|---|---|---|---|---|---|---|---|\n{rows}\n\

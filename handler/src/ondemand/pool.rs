@@ -19,8 +19,11 @@ pub const MAX_FRAMES: usize = 512;
 /// Repeat records one walk stores.
 pub const REPEATS: usize = 32;
 /// Bytes of the stack a walker's walks run on inside the capture signal's handler (mapped at install with a guard
-/// page, `MAP_NORESERVE`: only the pages a walk touches, about 20 KiB, cost memory).
-pub const WALK_STACK_BYTES: usize = 64 * 1024;
+/// page, `MAP_NORESERVE`: only the pages a walk touches cost memory). An optimized walk takes about 13 KiB
+/// (`crate::unwind::walk`'s large locals) plus the handler's own frames: 32 KiB. Unoptimized builds keep every
+/// temporary in its own stack slot and need between 48 and 64 KiB (a 48 KiB stack overflowed in this crate's
+/// debug tests): 128 KiB there.
+pub const WALK_STACK_BYTES: usize = if cfg!(debug_assertions) { 128 * 1024 } else { 32 * 1024 };
 
 /// Bytes of a walker's reader block cache: 2 blocks of 4 KiB (`platform::linux::crash::memory::BLOCK`). It only
 /// serves walks whose rows are not cached yet (reads of `.eh_frame_hdr` and FDEs), and the stack of a thread
