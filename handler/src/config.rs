@@ -44,9 +44,9 @@ pub struct Config {
     /// Walkers preallocated for stacks on demand (`crate::stacks`), non-fatal reports and hang detection: how many
     /// captures can run at once (a capture waits up to 10 ms for a walker, then fails with `Busy`). About 90 KiB of
     /// heap each (the unwinder's 62 KiB row cache, a 12 KiB recipe cache, an 8 KiB reader block cache, a 512-frame
-    /// buffer) and a walk stack (`MAP_NORESERVE`; 32 KiB, 128 KiB in debug builds). Default 1; raise it when several threads capture at
-    /// once. 0 turns stacks on demand off (every capture then fails with `NotInstalled`); the crash path never
-    /// uses them.
+    /// buffer) and a walk stack (`MAP_NORESERVE`; 32 KiB, 128 KiB in debug builds). Default 1; raise it when
+    /// several threads capture at once. 0 turns stacks on demand off (every capture then fails with
+    /// `NotInstalled`); the crash path never uses them.
     pub capture_walkers: usize,
     /// The real-time signal that asks a thread to walk its own stack for `crate::stacks::thread_stack` (Linux);
     /// `None` picks `SIGRTMAX() - 5`. Reserved like the stop signal: the application must not use it.

@@ -92,11 +92,16 @@ fn non_fatal_reports_hold_every_thread_and_allocate_nothing() {
     assert!(r.threads.iter().all(|t| !t.crashed));
     let live = std::fs::read_dir("/proc/self/task").expect("tasks").count();
     assert!(r.threads.len() >= live - 1 && r.threads.len() <= live + 1, "{} threads, {live} live", r.threads.len());
-    assert!(
-        r.threads.iter().all(|t| t.captured),
-        "{:?}",
-        r.threads.iter().map(|t| &t.not_captured_reason).collect::<Vec<_>>()
-    );
+    // Every thread captured; under qemu-user (where `process_vm_readv` does not work on the own process) the
+    // emulator's own RCU thread, which blocks every signal, is listed as not captured, with the reason.
+    let emulated = !handler::platform::linux::crash::memory::process_vm_readv_works();
+    for t in &r.threads {
+        let qemu_own = emulated && t.name.as_deref().is_some_and(|n| n.starts_with("qemu"));
+        assert!(
+            t.captured || (qemu_own && t.not_captured_reason.as_deref().is_some_and(|w| w.contains("in time"))),
+            "{t:?}"
+        );
+    }
     let s = r.threads.iter().find(|t| t.id == Some(sleeper_tid)).expect("the sleeper");
     assert_eq!(s.name.as_deref(), Some("sleeper"));
     let start = sleeper as *const () as usize as u64;
