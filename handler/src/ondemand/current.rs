@@ -29,12 +29,12 @@ pub struct Captured {
 
 /// Times [`claim_walker`] yields the CPU (`sched_yield`) between tries before it starts sleeping: a walker is held
 /// for one walk, microseconds, unless its holder was preempted.
-const CLAIM_YIELDS: u32 = 64;
+pub const CLAIM_YIELDS: u32 = 64;
 /// Then it sleeps [`CLAIM_SLEEP_NS`] between tries, this many times (10 ms in all) before it gives up with
 /// [`CaptureError::Busy`]: the holders were preempted, or more threads capture at once than there are walkers.
-const CLAIM_SLEEPS: u32 = 100;
+pub const CLAIM_SLEEPS: u32 = 100;
 /// Nanoseconds of each sleep of [`claim_walker`].
-const CLAIM_SLEEP_NS: u64 = 100_000;
+pub const CLAIM_SLEEP_NS: u64 = 100_000;
 
 /// A free walker of the pool, waiting (bounded: [`CLAIM_YIELDS`] yields, then [`CLAIM_SLEEPS`] sleeps of
 /// [`CLAIM_SLEEP_NS`], 10 ms at most) while all are taken. Signal-safe (`sched_yield`, `nanosleep`). The Linux

@@ -24,7 +24,7 @@ use crate::unwind::regs::{ArchSpec, UnwindRegs};
 use crate::unwind::{arch_of, CodeMap, MemoryReader, Module, WalkOptions};
 
 /// A row reduced to what a return-address walk evaluates, for rows of the common shapes only (see
-/// [`Recipe::from_row`]): CFA = stack or frame pointer + offset; the return address at CFA + offset (or, on arm64,
+/// `Recipe::from_row`): CFA = stack or frame pointer + offset; the return address at CFA + offset (or, on arm64,
 /// in the link register); the frame pointer at CFA + offset, unchanged, or unknown; the stack pointer = CFA.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Recipe {

@@ -6,11 +6,11 @@
 //!
 //! **Crash-path rules apply** (design.md §2): a hang report is written while the stalled thread may hold any lock
 //! of the process (the allocator's among them), so nothing here allocates or takes a lock. Every buffer is
-//! allocated beforehand ([`prepare`]: the encoder's scratch and write buffers, the thread list, the used-image
+//! allocated beforehand ([`crate::nonfatal::prepare`]: the encoder's scratch and write buffers, the thread list, the used-image
 //! bitset); writers are serialized by one flag taken with a compare-and-swap (a second report at the same moment is
 //! refused, not waited for). Each thread is captured on its own, with the machinery of stacks on demand: Linux
 //! signals it and it walks its own stack ([`super::linux`]); Apple suspends it, walks it, resumes it
-//! ([`super::darwin`], type-checked only). A thread that does not answer in time (it blocks the capture signal, or
+//! (`super::darwin`, type-checked only). A thread that does not answer in time (it blocks the capture signal, or
 //! sleeps uninterruptibly) is listed as not captured, with the reason.
 #![allow(unsafe_code)]
 
@@ -48,7 +48,7 @@ const REASON_GONE: &[u8] = b"thread exited before it could be captured";
 /// Reason of a thread whose capture failed otherwise.
 const REASON_FAILED: &[u8] = b"thread could not be captured";
 
-/// The buffers a non-fatal report is written with (allocated by [`prepare`], never freed).
+/// The buffers a non-fatal report is written with (allocated by [`crate::nonfatal::prepare`], never freed).
 #[derive(Debug)]
 pub struct Buffers {
     /// One section's payload.
