@@ -236,7 +236,8 @@ pub(crate) fn writer_buffers(config: &crate::config::Config) -> Result<crate::cr
 }
 
 /// The walkers of stacks on demand ([`crate::ondemand::pool`]): `config.capture_walkers` of them, about 100 KiB
-/// each, each with a walk stack (`map_stack`, `WALK_STACK_BYTES`) and a non-blocking pipe of its own where `process_vm_readv` cannot read this process (Linux under
+/// each, each with a walk stack (`map_stack`, `WALK_STACK_BYTES`) and a non-blocking pipe of its own where
+/// `process_vm_readv` cannot read this process (Linux under
 /// qemu-user; see `crate::platform::linux::crash::memory`).
 ///
 /// # Errors

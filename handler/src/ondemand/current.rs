@@ -223,13 +223,7 @@ pub fn here() -> RegisterValues {
 /// `out`, leaving out the first `skip` frames; `None` when it cannot do the whole stack (the caller then walks in
 /// full).
 #[inline(never)]
-fn fast_here(
-    st: &State,
-    w: &mut Walker,
-    regs: &RegisterValues,
-    skip: usize,
-    out: &mut [u64],
-) -> Option<(usize, bool)> {
+fn fast_here(st: &State, w: &mut Walker, regs: &RegisterValues, skip: usize, out: &mut [u64]) -> Option<(usize, bool)> {
     let sp = regs.walk_start()?.sp;
     let b = own_bounds(sp)?;
     let images = st.images.read();

@@ -64,7 +64,8 @@ pub fn capture_with<R>(
             w.regs = regs;
             let super::pool::Walker { rules, frames, trust, repeats, blocks, pipe, .. } = w;
             let mut mem = FaultProof::new(blocks, *pipe);
-            let o = unwind::walk(&regs, &mut mem, &*images, &st.opts, None, WalkBuffers { frames, trust, repeats, rules });
+            let bufs = WalkBuffers { frames, trust, repeats, rules };
+            let o = unwind::walk(&regs, &mut mem, &*images, &st.opts, None, bufs);
             w.outcome = Some(o);
         }
         None => w.outcome = None,

@@ -62,9 +62,8 @@ pub struct Trace {
 
 impl Trace {
     /// Empty.
-    pub const EMPTY: Trace = Trace {
-        slots: [Recipe { key: 0, cfa_off: 0, ra_off: 0, fp_off: 0, flags: 0 }; TRACE_SLOTS],
-    };
+    pub const EMPTY: Trace =
+        Trace { slots: [Recipe { key: 0, cfa_off: 0, ra_off: 0, fp_off: 0, flags: 0 }; TRACE_SLOTS] };
 
     /// Forgets every recipe (the image table changed).
     pub fn clear(&mut self) {
@@ -346,9 +345,9 @@ pub fn walk<M: MemoryReader + ?Sized>(
             Some(s) => s,
             None => {
                 let m = match module {
-            Some(m) if m.start <= lookup && lookup < m.end => m,
-            _ => images.module_for(lookup)?,
-        };
+                    Some(m) if m.start <= lookup && lookup < m.end => m,
+                    _ => images.module_for(lookup)?,
+                };
                 module = Some(m);
                 let hdr = m.unwind.eh_frame_hdr.0;
                 if hdr == 0 {

@@ -50,9 +50,8 @@ struct Request {
     walker: AtomicUsize,
 }
 
-static SLOTS: [Request; REQUESTS] = [const {
-    Request { state: AtomicU32::new(FREE), tid: AtomicU64::new(0), walker: AtomicUsize::new(0) }
-}; REQUESTS];
+static SLOTS: [Request; REQUESTS] =
+    [const { Request { state: AtomicU32::new(FREE), tid: AtomicU64::new(0), walker: AtomicUsize::new(0) } }; REQUESTS];
 
 fn encode(index: usize) -> usize {
     VALUE_TAG | (index & VALUE_INDEX_MASK)

@@ -21,6 +21,8 @@
 #![allow(unsafe_code)]
 
 pub mod current;
+#[cfg(target_vendor = "apple")]
+pub mod darwin;
 pub mod expand;
 pub mod fast;
 #[cfg(target_os = "linux")]
@@ -28,8 +30,6 @@ pub mod linux;
 pub mod nonfatal;
 pub mod pool;
 pub mod reader;
-#[cfg(target_vendor = "apple")]
-pub mod darwin;
 
 use crate::crash::images::ImageTable;
 use crate::unwind::WalkOptions;

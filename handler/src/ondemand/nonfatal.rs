@@ -6,10 +6,11 @@
 //!
 //! **Crash-path rules apply** (design.md §2): a hang report is written while the stalled thread may hold any lock
 //! of the process (the allocator's among them), so nothing here allocates or takes a lock. Every buffer is
-//! allocated beforehand ([`crate::nonfatal::prepare`]: the encoder's scratch and write buffers, the thread list, the used-image
-//! bitset); writers are serialized by one flag taken with a compare-and-swap (a second report at the same moment is
-//! refused, not waited for). Each thread is captured on its own, with the machinery of stacks on demand: Linux
-//! signals it and it walks its own stack ([`super::linux`]); Apple suspends it, walks it, resumes it
+//! allocated beforehand ([`crate::nonfatal::prepare`]: the encoder's scratch and write buffers, the thread list,
+//! the used-image bitset); writers are serialized by one flag taken with a compare-and-swap (a second report at
+//! the same moment is refused, not waited for). Each thread is captured on its own, with the machinery of stacks
+//! on demand: Linux signals it and it walks its own stack ([`super::linux`]); Apple suspends it, walks it, resumes
+//! it
 //! (`super::darwin`, type-checked only). A thread that does not answer in time (it blocks the capture signal, or
 //! sleeps uninterruptibly) is listed as not captured, with the reason.
 #![allow(unsafe_code)]
@@ -42,7 +43,8 @@ pub const THREAD_TIMEOUT_NS: u64 = 200_000_000;
 /// META note of a report whose thread list was cut at [`MAX_THREADS`].
 const NOTE_TOO_MANY: &[u8] = b"more threads than a non-fatal report lists; the rest are left out";
 /// Reason of a thread that did not answer the capture.
-const REASON_TIMEOUT: &[u8] = b"thread did not answer the capture request in time (it blocks the capture signal, or sits in an uninterruptible wait)";
+const REASON_TIMEOUT: &[u8] =
+    b"thread did not answer the capture request in time (it blocks the capture signal, or sleeps uninterruptibly)";
 /// Reason of a thread that exited before it was captured.
 const REASON_GONE: &[u8] = b"thread exited before it could be captured";
 /// Reason of a thread whose capture failed otherwise.
@@ -175,12 +177,7 @@ fn write_with(st: &State, bufs: &mut Buffers, req: &Request<'_>) -> Result<[u8; 
         image_count: u32::try_from(images.len()).ok(),
         minimal: false,
         note: if overflow { NOTE_TOO_MANY } else { b"" },
-        non_fatal: Some(NonFatal {
-            kind: req.kind,
-            reason: req.reason,
-            duration_ns: req.duration_ns,
-            thread: focus,
-        }),
+        non_fatal: Some(NonFatal { kind: req.kind, reason: req.reason, duration_ns: req.duration_ns, thread: focus }),
     };
     let sink = FdSink::new(fd, write_buf);
     let encoded = encode(sink, scratch, &meta, tids, &images, used_images);
@@ -271,7 +268,11 @@ fn encode<S: Sink>(
 }
 
 /// The used images in full (IMAGES sections, chunks of 16), then the paths of the others (IMAGE NAMES).
-fn write_images<S: Sink>(enc: &mut Encoder<'_, S>, images: &ImageList, used: &UsedImages<'_>) -> Result<(), EncodeError> {
+fn write_images<S: Sink>(
+    enc: &mut Encoder<'_, S>,
+    images: &ImageList,
+    used: &UsedImages<'_>,
+) -> Result<(), EncodeError> {
     const CHUNK: usize = 16;
     let mut i = 0usize;
     while i < images.len() {
@@ -291,9 +292,7 @@ fn write_images<S: Sink>(enc: &mut Encoder<'_, S>, images: &ImageList, used: &Us
         }
     }
     enc.image_names(
-        (0..images.len())
-            .filter(|&i| !used.is_used(i))
-            .filter_map(|i| Some((u32::try_from(i).ok()?, images.path(i)))),
+        (0..images.len()).filter(|&i| !used.is_used(i)).filter_map(|i| Some((u32::try_from(i).ok()?, images.path(i)))),
     )
 }
 
