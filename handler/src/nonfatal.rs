@@ -1,4 +1,4 @@
-//! Non-fatal reports: every thread's stack, written as a report (format 2.2, META `nf`, SCHEMA.md §4.1.1) while
+//! Non-fatal reports: every thread's stack, written as a report (format 2.3, META `nf`, SCHEMA.md §4.1.1) while
 //! the process goes on, into the same directory as crash reports, so the reporter uploads it the same way at the
 //! next launch (or at `reporter::Reporter::upload_pending`). The viewer prints it in Apple's layout with the
 //! reason where a crash's exception lines are. The hang watchdog ([`crate::hangs`]) writes one per stall; the app

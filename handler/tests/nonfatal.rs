@@ -1,4 +1,4 @@
-//! Non-fatal reports (`handler::nonfatal`, report format 2.2 META `nf`) in this very process: written atomically
+//! Non-fatal reports (`handler::nonfatal`, report format 2.3 META `nf`) in this very process: written atomically
 //! into the report directory, every thread captured (a sleeping thread with its own frames), nothing crashed, no
 //! exception, the reason and the thread it is about; and, once prepared, written without a single heap allocation
 //! (a counting global allocator). One test: the allocation count is process-wide.
@@ -81,7 +81,7 @@ fn non_fatal_reports_hold_every_thread_and_allocate_nothing() {
     let d = report_format::decode(&std::fs::read(&files[0]).expect("read")).expect("decodes");
     assert!(d.is_intact(), "{:?}", d.problems);
     let r = d.report;
-    assert_eq!(r.format_version, (2, 2));
+    assert_eq!(r.format_version, (2, 3));
     let nf = r.meta.as_ref().and_then(|m| m.non_fatal.clone()).expect("non-fatal");
     assert_eq!((nf.kind.as_str(), nf.reason.as_deref(), nf.duration_ns), ("app", Some("checkout took 4 s"), None));
     let me = handler::stacks::current_thread_id();

@@ -102,7 +102,7 @@ key_maps! {
         MINIMAL = "min";
         /// `str`, opt: how the report was made.
         NOTE = "note";
-        /// `map`, opt, format 2.2: present for a non-fatal report (the process went on), keys in
+        /// `map`, opt, format 2.3: present for a non-fatal report (the process went on), keys in
         /// [`super::non_fatal`].
         NON_FATAL = "nf";
     }
@@ -139,7 +139,7 @@ key_maps! {
         LAUNCH_TIME = "lt";
     }
 
-    /// Keys of META's `nf` map (SCHEMA.md §4.1.1; format 2.2); every key but `k` optional.
+    /// Keys of META's `nf` map (SCHEMA.md §4.1.1; format 2.3); every key but `k` optional.
     non_fatal "Non-fatal map" {
         /// `str`: why the report was made: `hang`, `manual`, or `app`.
         KIND = "k";

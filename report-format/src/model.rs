@@ -93,11 +93,11 @@ pub struct Meta {
     pub minimal: bool,
     /// How the report was made.
     pub note: Option<String>,
-    /// Present for a non-fatal report (format 2.2): the process went on.
+    /// Present for a non-fatal report (format 2.3): the process went on.
     pub non_fatal: Option<NonFatal>,
 }
 
-/// What makes a report non-fatal (META `nf`, format 2.2, SCHEMA.md §4.1.1).
+/// What makes a report non-fatal (META `nf`, format 2.3, SCHEMA.md §4.1.1).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct NonFatal {
     /// Why it was made: `hang`, `manual`, `app` (readers keep other values as written).
@@ -213,6 +213,11 @@ pub enum FrameTrust {
     Scan,
     /// The link register of frame 0 (arm64 leaf function).
     LinkRegister,
+    /// A logical caller from a Swift async context chain (format 2.2): the resume function of the caller's async
+    /// context, stored as its entry address + 1, so it is looked up like a return address (address − 1). It follows
+    /// the frame of the async function whose context it is; the OS stack's frames (the executor) come after the
+    /// chain.
+    Async,
     /// A value this version does not know.
     Unknown,
 }
@@ -226,6 +231,7 @@ impl FrameTrust {
             3 => FrameTrust::FramePointer,
             4 => FrameTrust::Scan,
             5 => FrameTrust::LinkRegister,
+            6 => FrameTrust::Async,
             _ => FrameTrust::Unknown,
         }
     }
@@ -238,6 +244,7 @@ impl FrameTrust {
             FrameTrust::FramePointer => 3,
             FrameTrust::Scan => 4,
             FrameTrust::LinkRegister => 5,
+            FrameTrust::Async => 6,
             FrameTrust::Unknown => 0,
         }
     }

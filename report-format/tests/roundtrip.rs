@@ -114,12 +114,27 @@ fn relative_frames_roundtrip_at_the_leb128_edges() {
         0x03, 0x80, 0x01, // trust 3, absolute 128
         0x04, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, // trust 4, absolute u64::MAX
         0x0d, 0x00, // image 0: (0 + 1) << 3 | 5, offset 0
-        0x08, 0x7f, // image 0, trust 0 (the model has no value 6: unknown), offset 127
+        0x0e, 0x7f, // image 0, trust 6 (Swift async, format 2.2), offset 127
         0x09, 0x80, 0x01, // image 0, trust 1, offset 128
         0xaa, 0x01, 0x00, // image 20: (21 << 3) | 2 = 170, offset 0
         0xab, 0x01, 0x80, 0x01, // image 20, trust 3, offset 128
     ];
     assert!(bytes.windows(fr.len()).any(|w| w == fr), "the fr bytes of SCHEMA.md §4.3.2");
+}
+
+#[test]
+fn swift_async_frames_keep_their_mark_and_trust_7_stays_unknown() {
+    use report_format::model::FrameTrust;
+    assert_eq!(FrameTrust::from_byte(6), FrameTrust::Async);
+    assert_eq!(FrameTrust::Async.to_byte(), 6);
+    assert!(!FrameTrust::Async.is_exact_pc(), "stored as resume + 1: looked up at address - 1");
+    assert_eq!(FrameTrust::from_byte(7), FrameTrust::Unknown);
+    let mut report = common::sample_report(1, 4, 4);
+    let t = &mut report.threads[0];
+    t.frame_trust = vec![FrameTrust::Context, FrameTrust::LinkRegister, FrameTrust::Async, FrameTrust::Cfi];
+    let d = decode(&owned::to_bytes(&report).expect("encodes")).expect("decodes");
+    assert_eq!(d.report, report);
+    assert_eq!(serde_json::to_value(FrameTrust::Async).expect("json"), "async");
 }
 
 #[test]

@@ -222,7 +222,7 @@ impl Reporter {
         self.loop_summary.as_ref()
     }
 
-    /// Writes a non-fatal report now (every thread's stack, format 2.2 META `nf`) into the pending reports: kind
+    /// Writes a non-fatal report now (every thread's stack, format 2.3 META `nf`) into the pending reports: kind
     /// `app` with `reason`, or `manual` without. It is uploaded like a crash report (at the next launch, or by
     /// [`Reporter::upload_pending`]). See `handler::nonfatal::report`.
     ///
@@ -272,7 +272,7 @@ fn swap_launch_marker(root: &Path, now: u64) -> Option<u64> {
 }
 
 /// True when the newest pending crash report was captured within `window` of the previous launch. Non-fatal
-/// reports (format 2.2 META `nf`: a hang, one the app asked for) are not crashes: they are passed over.
+/// reports (format 2.3 META `nf`: a hang, one the app asked for) are not crashes: they are passed over.
 fn is_crash_loop(store: &Store, prev_launch_ns: Option<u64>, window: Duration) -> bool {
     let Some(launch) = prev_launch_ns else { return false };
     let Ok(pending) = store.pending() else { return false };
@@ -432,7 +432,7 @@ mod tests {
             non_fatal: Some(report_format::model::NonFatal { kind: "hang".into(), ..Default::default() }),
             ..Default::default()
         };
-        let r = report_format::Report { format_version: (2, 2), meta: Some(meta), ..Default::default() };
+        let r = report_format::Report { format_version: (2, 3), meta: Some(meta), ..Default::default() };
         std::fs::write(s.pending_dir().join("b.crashreport"), report_format::owned::to_bytes(&r).expect("enc"))
             .expect("w");
         assert!(!is_crash_loop(&s, Some(launch), Duration::from_secs(5)), "a hang is not a crash loop");

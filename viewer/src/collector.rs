@@ -69,7 +69,7 @@ fn analysis_of(loaded: &Loaded) -> Result<Analysis, String> {
         (None, Some(b)) => Some(format!("({b})")),
         (None, None) => None,
     };
-    // A non-fatal report (format 2.2) groups by its kind (`hang (non-fatal)`) and the stack of the thread it is
+    // A non-fatal report (format 2.3) groups by its kind (`hang (non-fatal)`) and the stack of the thread it is
     // about (the triggered thread below): hangs blocked in the same place form one group.
     let non_fatal = log.event.as_ref().map(|e| format!("{} (non-fatal)", e.kind));
     let exception = log.exception.exception_type.clone().or(non_fatal).or_else(|| {
@@ -215,7 +215,7 @@ mod tests {
     fn a_non_fatal_report_groups_by_its_kind_and_the_thread_it_is_about() {
         use report_format::model::{Exception, Image, Meta, NonFatal, Report, Thread};
         let report = Report {
-            format_version: (2, 2),
+            format_version: (2, 3),
             meta: Some(Meta {
                 non_fatal: Some(NonFatal { kind: "hang".into(), thread: Some(1), ..NonFatal::default() }),
                 ..Meta::default()

@@ -40,7 +40,7 @@ pub struct CrashLog {
     pub header: Header,
     /// Exception block.
     pub exception: ExceptionInfo,
-    /// A non-fatal report's event (our reports' META `nf`, format 2.2): printed where a crash's exception lines
+    /// A non-fatal report's event (our reports' META `nf`, format 2.3): printed where a crash's exception lines
     /// are. `None` for a crash.
     pub event: Option<EventLog>,
     /// Index (in `threads`' numbering) of the thread that crashed.
@@ -263,6 +263,8 @@ pub struct FrameLog {
     /// unless `trust` says the address is an exact pc.
     pub stack_index: usize,
     /// How the handler found the frame (our reports, format 1.1 and later); `None` when the source does not say.
+    /// Swift async frames ([`FrameTrust::Async`], format 2.2) are printed like any other frame (Apple's reports have
+    /// none); JSON output keeps this mark.
     pub trust: Option<FrameTrust>,
 }
 

@@ -62,4 +62,15 @@ mod tests {
         assert_eq!(demangle("main"), "main");
         assert_eq!(strip_macho_underscore("__ZN3foo3barEv"), "_ZN3foo3barEv");
     }
+
+    #[test]
+    fn swift_async_resume_partial_functions() {
+        // What a Swift async frame (trust `async`) names: a resume partial function, `TQ<n>_` (await) or `TY<n>_`
+        // (suspend) after its async function (Swift docs/ABI/Mangling.rst). The simplified form (Swift's
+        // `SimplifiedUIDemangleOptions`, `ShowAsyncResumePartial = false`, as symbolic-demangle vendors it) names
+        // the async function only, without "(1) await resume partial function for".
+        assert_eq!(demangle("$s4Demo9ViewModelC4loadyyYaFTQ0_"), "ViewModel.load()");
+        assert_eq!(demangle("$s4Demo9ViewModelC4loadyyYaFTY1_"), "ViewModel.load()");
+        assert_eq!(demangle("$s4Demo9ViewModelC4loadyyYaF"), "ViewModel.load()");
+    }
 }

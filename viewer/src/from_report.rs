@@ -64,7 +64,7 @@ pub fn to_crash_log(report: &Report, problems: Vec<String>) -> CrashLog {
         log.exception = exception(e, sig_os);
     }
     log.triggered_thread = report.crashed_thread().map(|t| t.index);
-    // A non-fatal report (format 2.2): its event instead of an exception, and the thread it is about (the stalled
+    // A non-fatal report (format 2.3): its event instead of an exception, and the thread it is about (the stalled
     // main thread of a hang) as the one that triggered it; no thread crashed.
     let non_fatal = meta.and_then(|m| m.non_fatal.as_ref());
     if let Some(nf) = non_fatal {

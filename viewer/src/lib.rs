@@ -11,6 +11,7 @@
 //!
 //! Nothing here panics on any input: damaged reports render their intact parts and list what is missing.
 
+#[cfg(feature = "collector")]
 pub mod collector;
 pub mod crashlog;
 pub mod crashtext;

@@ -143,7 +143,7 @@ fn render(report: &Report, layout: Layout, format: Format) -> String {
     viewer::render_loaded(&mut loaded, layout, format, None)
 }
 
-/// A hang report (format 2.2 META `nf`) of the Linux report's process: no exception, thread 0 stalled, no thread
+/// A hang report (format 2.3 META `nf`) of the Linux report's process: no exception, thread 0 stalled, no thread
 /// crashed.
 fn hang_report(os: &str) -> Report {
     let mut r = linux_report();
@@ -512,4 +512,66 @@ fn name_only_images_are_not_binary_images() {
     let text = render(&r, Layout::Modern, Format::Text);
     assert!(!text.contains("libunused"), "{text}");
     assert_eq!(text, render(&ios_report(), Layout::Modern, Format::Text));
+}
+
+/// The ios report whose crashed thread ran a Swift async function: frame 2 is `main`'s address + 1 found through
+/// the async context chain (trust `async`, format 2.2: a resume function is stored as its entry + 1), as the
+/// handler's walker stores it; `async_trust` is the trust of frame 2 (another value to compare with).
+fn swift_async_report(async_trust: report_format::model::FrameTrust) -> Report {
+    use report_format::model::FrameTrust::*;
+    let mut r = ios_report();
+    r.format_version = (2, 2);
+    let t = &mut r.threads[0];
+    // pc, lr (a leaf), the async chain's frame (main + 1: 0x1007da344 is `_main`'s entry, link address 0x100006344
+    // in the app's symbol table), the executor, the start.
+    t.frames = vec![0x1007da1cc, 0x1007da4bc, 0x1007da345, 0x1a8e9305c, 0x5];
+    t.frame_trust = vec![Context, LinkRegister, async_trust, Cfi, Cfi];
+    r
+}
+
+fn fixture_dir(rel: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/third_party/macsymbolicator").join(rel)
+}
+
+#[test]
+fn swift_async_frames_print_as_apple_prints_any_frame_and_only_json_keeps_the_mark() {
+    // Apple's crash reports have no async frames (ReportCrash prints the OS stack; `.ips` frames have no key for
+    // them), so an async frame is an ordinary line: the text and the `.ips` output are those of the same stack with
+    // the frame found by unwind tables.
+    use report_format::model::FrameTrust::{Async, Cfi};
+    for format in [Format::Text, Format::Ips] {
+        let with_mark = render(&swift_async_report(Async), Layout::Modern, format);
+        assert_eq!(with_mark, render(&swift_async_report(Cfi), Layout::Modern, format), "{format:?}");
+    }
+    let text = render(&swift_async_report(Async), Layout::Modern, Format::Text);
+    assert!(text.contains("\n2   iOSCrashingTest               \t       0x1007da345 0x1007d4000 + 25413\n"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&render(&swift_async_report(Async), Layout::Modern, Format::Json)).unwrap();
+    assert_eq!(json["report"]["format_version"], serde_json::json!([2, 2]));
+    assert_eq!(json["report"]["threads"][0]["frame_trust"][2], "async");
+    let frames = json["crash_log"]["threads"][0]["frames"].as_array().unwrap();
+    let marks: Vec<&str> = frames.iter().map(|f| f["trust"].as_str().unwrap_or("")).collect();
+    assert_eq!(marks, ["context", "link_register", "async", "cfi", "cfi"]);
+}
+
+#[test]
+fn a_swift_async_frame_names_its_resume_function_not_the_function_before_it() {
+    // Stored as entry + 1, looked up at address - 1 like every caller: the entry itself. The same entry stored
+    // without the + 1 would name the function before `main`.
+    use report_format::model::FrameTrust::{Async, Cfi};
+    let symbolicated = |r: &Report| {
+        let bytes = report_format::owned::to_bytes(r).unwrap();
+        let mut loaded = viewer::load(&bytes).unwrap();
+        let mut store = viewer::symbols::SymbolStore::only(vec![fixture_dir("ios15-swift-assert")]);
+        viewer::render_loaded(&mut loaded, Layout::Modern, Format::Text, Some(&mut store))
+    };
+    let text = symbolicated(&swift_async_report(Async));
+    let line = text.lines().find(|l| l.starts_with("2   ")).unwrap();
+    assert!(line.contains("0x1007da345 main + 1 (AppDelegate.swift:"), "{line}");
+    let mut raw_entry = swift_async_report(Cfi);
+    raw_entry.threads[0].frames[2] = 0x1007da344;
+    let text = symbolicated(&raw_entry);
+    let line = text.lines().find(|l| l.starts_with("2   ")).unwrap();
+    assert!(!line.contains(" main + "), "the entry minus one lies in the function before main: {line}");
+    assert!(line.contains("CrashClass"), "`CrashClass.deinit` ends right before main: {line}");
 }

@@ -10,7 +10,10 @@ use std::process::ExitCode;
 extern "C" fn our_hook(event: CrashEvent, _tid: u64) {
     match event {
         CrashEvent::Start => sys::store(sys::slot::START, sys::now_ns()),
-        CrashEvent::ThreadsListed => sys::store(sys::slot::LISTED, sys::now_ns()),
+        CrashEvent::ThreadsListed => {
+            sys::store(sys::slot::LISTED, sys::now_ns());
+            sys::store(sys::slot::LISTED_CPU, sys::thread_cpu_ns());
+        }
         CrashEvent::StopDone => {
             sys::store(sys::slot::STOPPED_CPU, sys::thread_cpu_ns());
             sys::store(sys::slot::STOPPED, sys::now_ns());

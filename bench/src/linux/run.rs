@@ -121,20 +121,22 @@ struct CrashSample {
     thread_bytes: f64,
     image_bytes: f64,
     /// Ours only, ns each: fault to handler start (signal delivery), start to thread list read (enumerate), to
-    /// every thread stopped (stop), to every section written (walk + encode + write), to durable (commit); then the
-    /// handling thread's CPU time during walk + encode + write (the rest of that phase is waiting).
+    /// every thread stopped (stop; the owner prepares the report meanwhile), to every section written (walk + encode +
+    /// write), to durable (commit); then the handling thread's CPU time during walk + encode + write (the rest of
+    /// that phase is waiting) and during the stop phase (sending stop signals and preparing the report).
     phases: Option<[f64; PHASES]>,
 }
 
 /// Phases of our capture, in order, as [`CrashSample::phases`] holds them.
-const PHASES: usize = 6;
+const PHASES: usize = 7;
 const PHASE_NAMES: [&str; PHASES] = [
     "signal delivery",
     "enumerate",
-    "stop",
+    "stop (report prepared meanwhile)",
     "walk + encode + write",
     "commit (fsync, rename, dir fsync)",
     "walk + encode + write: CPU of the handling thread",
+    "stop: CPU of the handling thread (sending, preparing)",
 ];
 
 struct Peer {
@@ -259,7 +261,8 @@ impl Ctx<'_> {
                     *d = (w[1] - w[0]) as f64;
                 }
                 let (cpu0, cpu1) = (stamps[sys::slot::STOPPED_CPU], stamps[sys::slot::WRITTEN_CPU]);
-                p[PHASES - 1] = cpu1.saturating_sub(cpu0) as f64;
+                p[PHASES - 2] = cpu1.saturating_sub(cpu0) as f64;
+                p[PHASES - 1] = cpu0.saturating_sub(stamps[sys::slot::LISTED_CPU]) as f64;
                 s.phases = Some(p);
             }
         }

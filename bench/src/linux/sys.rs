@@ -43,10 +43,13 @@ pub mod slot {
     /// The handling thread's CPU time at `CrashEvent::ReportWritten`: with [`STOPPED_CPU`], the CPU the walk,
     /// encode and write took (the rest of that phase's wall time is waiting: preemption, I/O).
     pub const WRITTEN_CPU: usize = 7;
+    /// The handling thread's CPU time at `CrashEvent::ThreadsListed`: with [`STOPPED_CPU`], the CPU the owner spent
+    /// in the stop phase (sending stop signals, preparing the report while the threads answer).
+    pub const LISTED_CPU: usize = 8;
 }
 
 /// Number of `u64` slots in the page.
-pub const SLOTS: usize = 8;
+pub const SLOTS: usize = 9;
 
 static SHARED: AtomicPtr<u64> = AtomicPtr::new(core::ptr::null_mut());
 

@@ -1,11 +1,12 @@
 //! The crash sequence, one for both backends: what the crash owner does once it holds the crash gate
 //! ([`crate::crash::reentrancy`]), and the data it does it with.
 //!
-//! [`run`]: reset the thread table; the backend stops every other thread and fills the table with their registers
-//! ([`Backend::stop_threads`]); then the report is written ([`write_full`]): a fresh report id, a temporary file,
-//! META and EXCEPTION from the [`CrashRecord`] and the install-time [`Text`], every thread walked through the
-//! backend's fault-proof memory reader, the images the backend says are mapped, END; `fsync`, `rename`, directory
-//! `fsync` ([`crate::crash::writer::commit`]). Resuming the threads and the exit (re-raise, chaining to a previous
+//! [`run`]: reset the thread table; the backend asks every other thread to stop ([`Backend::request_stop`]); while
+//! they answer, the owner takes a fresh report id, creates the temporary file and reads the messages and the images
+//! the backend says are mapped; once every thread answered or was given up on ([`Backend::await_stop`]) the report
+//! is written: META and EXCEPTION from the [`CrashRecord`] and the install-time [`Text`], every thread walked
+//! through the backend's fault-proof memory reader, the images, END; `fsync`, `rename`, directory `fsync`
+//! ([`crate::crash::writer::commit`]). Resuming the threads and the exit (re-raise, chaining to a previous
 //! handler, answering the Mach request) stay with each backend, because they differ: on Linux the owner's signal
 //! must decide the exit before stopped threads run again; on Apple platforms the threads are resumed before the
 //! Mach reply.
@@ -213,10 +214,16 @@ pub trait Backend {
     /// Pid, clocks, random bytes.
     fn facts(&self) -> Facts;
 
-    /// Puts every thread of the process into `table` (already reset; the crashed thread included, marked
-    /// `crashed`): stopped, with its registers and name, or with the reason it could not be. May refine
-    /// `rec.regs` (Apple: the thread state of the exception). Returns the META note ("" when none).
-    fn stop_threads(&mut self, table: &ThreadTable, rec: &mut CrashRecord) -> &'static [u8];
+    /// Starts stopping every other thread: lists the threads into `table` (already reset; the crashed thread
+    /// included, marked `crashed`) and asks each to stop. It may return before they answered (Linux: the stop
+    /// signals are sent, the answers come in meanwhile) or with every thread already stopped and read (Apple:
+    /// `thread_suspend` and `thread_get_state` are synchronous). May refine `rec.regs` (Apple: the thread state of
+    /// the exception).
+    fn request_stop(&mut self, table: &ThreadTable, rec: &mut CrashRecord);
+
+    /// Finishes what [`Backend::request_stop`] began: on return every slot of `table` is final (stopped, with its
+    /// registers and name, or with the reason it could not be). Returns the META note ("" when none).
+    fn await_stop(&mut self, table: &ThreadTable, rec: &mut CrashRecord) -> &'static [u8];
 
     /// The memory reader for this capture.
     fn memory(&mut self) -> Self::Memory;
@@ -240,41 +247,46 @@ pub trait Backend {
     }
 }
 
-/// The shared sequence for a crash the owner has recorded in `rec`: reset the table, stop the threads, write the
-/// report. Returns `true` when a report was committed (`rec.committed`). The threads stay stopped: resuming them
-/// is the caller's next step. Signal-safe.
+/// The shared sequence for a crash the owner has recorded in `rec`: reset the table, ask the threads to stop, write
+/// the report. Returns `true` when a report was committed (`rec.committed`). The threads stay stopped: resuming
+/// them is the caller's next step. Signal-safe.
+///
+/// Between asking the threads to stop and waiting for their answers, the owner does everything that needs none of
+/// them: the report id, the temporary file, the messages, the abort-message snapshot and the image list (the
+/// loader's link map: a few hundred fault-proof reads, the largest fixed cost of a report). On Linux the answers
+/// come in meanwhile, on the other core or whenever the owner's system calls let them run. The image list is then
+/// read while threads that have not answered yet may still run; a library one of them loads in that window is not
+/// in the list (its frames are stored as absolute addresses), as with a thread that never stops.
 pub fn run<B: Backend>(core: &Core, backend: &mut B, rec: &mut CrashRecord) -> bool {
     core.threads.reset();
-    let note = backend.stop_threads(&core.threads, rec);
-    hooks::call(CrashEvent::StopDone, rec.tid);
-    if hooks::fault_requested() {
-        hooks::deliberate_fault();
-    }
-    write_full(core, backend, rec, note)
-}
-
-/// Writes the full report of `rec` (every thread of the table walked, the images, the messages) and commits it;
-/// `true` when committed. Removes a temporary file a previous attempt left. Signal-safe.
-pub fn write_full<B: Backend>(core: &Core, backend: &mut B, rec: &mut CrashRecord, note: &[u8]) -> bool {
+    backend.request_stop(&core.threads, rec);
     discard_temp(core, rec);
-    // SAFETY: the caller is the crash owner.
-    let Some((write_buf, mut bufs)) = (unsafe { core.work() }) else { return false };
     let facts = backend.facts();
     let id = report_id(&facts, rec.tid);
     let names = ReportNames::new(&id);
-    let Ok(fd) = writer::create_temp(core.dir_fd, &names) else { return false };
-    rec.temp = Some(names);
+    let fd = writer::create_temp(core.dir_fd, &names).ok();
+    if fd.is_some() {
+        rec.temp = Some(names);
+    }
     let mut backend_msgs = [Message::default(); MAX_MESSAGES];
     let n_backend = backend.messages(&mut backend_msgs);
     let opts = backend.walk_options();
     let mut mem = backend.memory();
     let mut why = reason::Snapshot::new();
     why.take(rec.tid, reason::is_abort_like(rec.signal, rec.mach_exception), &mut mem);
+    let (images, image_note) = backend.images(&mut mem);
+    let stop_note = backend.await_stop(&core.threads, rec);
+    hooks::call(CrashEvent::StopDone, rec.tid);
+    if hooks::fault_requested() {
+        hooks::deliberate_fault();
+    }
+    let Some(fd) = fd else { return false };
+    // SAFETY: the caller is the crash owner.
+    let Some((write_buf, mut bufs)) = (unsafe { core.work() }) else { return false };
     let mut msgs = [Message::default(); MAX_MESSAGES + reason::MAX_MESSAGES];
     let n_msgs = merge_messages(&mut msgs, backend_msgs.get(..n_backend).unwrap_or(&[]), &why);
-    let (images, image_note) = backend.images(&mut mem);
     let mut note_buf = [0u8; NOTE_BYTES];
-    let note = join_notes(&mut note_buf, note, image_note);
+    let note = join_notes(&mut note_buf, stop_note, image_note);
     let mut h = head(&core.text, rec, id, &facts, note, msgs.get(..n_msgs).unwrap_or(&[]));
     h.exception.language = why.language();
     let sink = FdSink::new(fd, write_buf);

@@ -249,6 +249,19 @@ impl ImageList {
         let e = entries.get(i)?;
         addr.checked_sub(e.load_address).is_some_and(|d| d < e.size.max(1)).then_some(i)
     }
+
+    /// Whether an image of the list has exactly this load address (binary search; allocation-free, signal-safe).
+    pub fn has_load_address(&self, load_address: u64) -> bool {
+        let (Some(sorted), Some(entries)) = (self.by_address.get(..self.count), self.entries.get(..self.count)) else {
+            return false;
+        };
+        let at = sorted.partition_point(|&j| entries.get(j as usize).is_some_and(|e| e.load_address <= load_address));
+        // The last entry at or below the address: when any has this load address, that one does.
+        at.checked_sub(1)
+            .and_then(|k| sorted.get(k))
+            .and_then(|&j| entries.get(j as usize))
+            .is_some_and(|e| e.load_address == load_address)
+    }
 }
 
 impl CodeMap for ImageList {

@@ -450,10 +450,7 @@ pub const MAX_MESSAGES: usize = 3;
 /// or their Mach forms `EXC_BAD_INSTRUCTION` (2), `EXC_BREAKPOINT` (6), `EXC_CRASH` (10) (XNU
 /// `osfmk/mach/exception_types.h`). Signal numbers are the same on Linux and Darwin. Pure.
 pub fn is_abort_like(signal: i32, mach_exception: i32) -> bool {
-    signal == libc::SIGABRT
-        || signal == libc::SIGILL
-        || signal == libc::SIGTRAP
-        || matches!(mach_exception, 2 | 6 | 10)
+    signal == libc::SIGABRT || signal == libc::SIGILL || signal == libc::SIGTRAP || matches!(mach_exception, 2 | 6 | 10)
 }
 
 /// glibc's abort message (`struct abort_msg_s { unsigned int size; char msg[]; }`, glibc `include/stdlib.h`;
@@ -548,7 +545,12 @@ mod tests {
 
         // C++ wins over panics, Objective-C over C++.
         let long = [b'x'; MAX_REASON + 10];
-        assert!(CXX.write(&Fields { tid: 3, type_name: &[b"St13runtime_error"], reason: &[&long], ..Fields::default() }));
+        assert!(CXX.write(&Fields {
+            tid: 3,
+            type_name: &[b"St13runtime_error"],
+            reason: &[&long],
+            ..Fields::default()
+        }));
         s.take(7, true, &mut mem);
         let lx = s.language().expect("c++");
         assert_eq!((lx.kind, lx.type_name, lx.reason.len()), (&b"c++"[..], &b"St13runtime_error"[..], MAX_REASON));

@@ -446,7 +446,8 @@ pub struct ReportHead<'a> {
 }
 
 /// Reason text for a thread that went on (its release timeout passed) before its stack was walked.
-const LEFT_REASON: &[u8] = b"thread stopped waiting for release (release timeout) and went on before its stack was walked";
+const LEFT_REASON: &[u8] =
+    b"thread stopped waiting for release (release timeout) and went on before its stack was walked";
 
 /// Reason text for a slot still being written when the report was encoded.
 const STILL_WRITING: &[u8] = b"thread was still saving its registers when the report was written";
@@ -570,7 +571,11 @@ pub fn write_report<S: Sink, M: MemoryReader>(
 
 /// Writes the used images in full (IMAGES sections, chunks of 16 borrowed entries built on the stack), then the
 /// paths of the others (IMAGE NAMES sections).
-fn write_images<S: Sink>(enc: &mut Encoder<'_, S>, images: &ImageList, used: &UsedImages<'_>) -> Result<(), EncodeError> {
+fn write_images<S: Sink>(
+    enc: &mut Encoder<'_, S>,
+    images: &ImageList,
+    used: &UsedImages<'_>,
+) -> Result<(), EncodeError> {
     const CHUNK: usize = 16;
     let mut i = 0usize;
     while i < images.len() {
@@ -590,9 +595,7 @@ fn write_images<S: Sink>(enc: &mut Encoder<'_, S>, images: &ImageList, used: &Us
         }
     }
     enc.image_names(
-        (0..images.len())
-            .filter(|&i| !used.is_used(i))
-            .filter_map(|i| Some((u32::try_from(i).ok()?, images.path(i)))),
+        (0..images.len()).filter(|&i| !used.is_used(i)).filter_map(|i| Some((u32::try_from(i).ok()?, images.path(i)))),
     )
 }
 
@@ -807,11 +810,8 @@ mod tests {
         assert_eq!(third.frames[0], 0x40_0100);
         // Used images in full (the app holds every frame, libunused.so the throw-site stack), the others by path
         // only, in list order.
-        let imgs: Vec<(u32, &str, bool, u64)> = r
-            .images
-            .iter()
-            .map(|i| (i.index, i.path.as_deref().unwrap_or(""), i.name_only, i.load_address))
-            .collect();
+        let imgs: Vec<(u32, &str, bool, u64)> =
+            r.images.iter().map(|i| (i.index, i.path.as_deref().unwrap_or(""), i.name_only, i.load_address)).collect();
         assert_eq!(
             imgs,
             vec![
@@ -838,7 +838,7 @@ mod tests {
                 SectionKind::End,
             ]
         );
-        assert_eq!(r.format_version, (2, 2));
+        assert_eq!(r.format_version, (2, 3));
         assert_eq!(r.exception.as_ref().and_then(|e| e.signal), Some(11));
     }
 
@@ -953,9 +953,8 @@ mod tests {
         assert_eq!(r.images.len(), 300);
         assert_eq!(r.images.iter().filter(|i| !i.name_only).count(), 2, "the app and libc are used");
         assert_eq!(r.images[299].path.as_deref(), Some("/tmp/crash-bench/libs/libbench_299.so"));
-        let payload = |k: SectionKind| -> usize {
-            d.sections.iter().filter(|s| s.kind == k).map(|s| 20 + s.len as usize).sum()
-        };
+        let payload =
+            |k: SectionKind| -> usize { d.sections.iter().filter(|s| s.kind == k).map(|s| 20 + s.len as usize).sum() };
         use report_format::framing::SectionKind;
         println!(
             "64 threads x 32 frames, 300 images: {} bytes (THREAD {}, IMAGES {}, IMAGE NAMES {})",

@@ -197,7 +197,7 @@ pub fn capture_with<R>(
         drop(unsafe { st.pool.reclaim(walker) });
         req.state.store(FREE, Ordering::Release);
     };
-    if let Err(e) = sys::queue_to_thread(sys::getpid(), tid, st.signal, encode(index)) {
+    if let Err(e) = sys::queue_to_thread(sys::getpid(), sys::getuid(), tid, st.signal, encode(index)) {
         if req.state.compare_exchange(ARMED, SETUP, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             free(req);
             return Err(if e == libc::ESRCH { CaptureError::NoSuchThread } else { CaptureError::Os(e) });

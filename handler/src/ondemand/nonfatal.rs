@@ -1,4 +1,4 @@
-//! Non-fatal reports (report format 2.2, META `nf`, SCHEMA.md §4.1.1): every thread's stack captured while the
+//! Non-fatal reports (report format 2.3, META `nf`, SCHEMA.md §4.1.1): every thread's stack captured while the
 //! process goes on, written in the crash report format, atomically, into the report directory the crash path
 //! writes to (a temporary name, `fsync`, `rename`, directory `fsync`: `crate::crash::writer`), so the reporter
 //! uploads it the same way. Made by the hang watchdog (`crate::hangs`) once per stall, or when the app asks

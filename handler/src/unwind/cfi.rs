@@ -235,10 +235,7 @@ impl RuleCache {
     pub const SLOTS: usize = 512;
 
     /// An empty cache (62 KiB).
-    pub const EMPTY: RuleCache = RuleCache {
-        keys: [(0, 0); RuleCache::SLOTS],
-        rows: [Row::EMPTY; RuleCache::SLOTS],
-    };
+    pub const EMPTY: RuleCache = RuleCache { keys: [(0, 0); RuleCache::SLOTS], rows: [Row::EMPTY; RuleCache::SLOTS] };
 
     /// Forgets every row (a new crash: images may have moved since the last one). Signal-safe.
     pub fn clear(&mut self) {

@@ -183,11 +183,7 @@ pub fn lookup<M: MemoryReader + ?Sized>(mem: &mut M, info: u64, image_base: u64,
     if encoding == 0 {
         return Err(Miss::NoEntry);
     }
-    Ok(Entry {
-        start: at(image_base, u64::from(func))?,
-        end: at(image_base, u64::from(end))?,
-        encoding,
-    })
+    Ok(Entry { start: at(image_base, u64::from(func))?, end: at(image_base, u64::from(end))?, encoding })
 }
 
 /// x86-64 compact register numbers (`UNWIND_X86_64_REG_*`: 1 `rbx`, 2 `r12`, 3 `r13`, 4 `r14`, 5 `r15`,

@@ -28,6 +28,20 @@
 //! frame (CIE augmentation `S`) may move to another stack (an alternate signal stack back to the interrupted one),
 //! at most [`MAX_STACK_HOPS`] times.
 //!
+//! **Swift async frames** ([`swift_async`], Apple arm64 only: [`WalkOptions::swift_async`]). When a step reads a
+//! saved frame pointer tagged as an extended frame record `[AsyncContext*, fp | 1 << 60, lr]`, the tag is cleared
+//! (so the walk goes on through the untagged caller) and, when the record is the one at the current frame's `fp`,
+//! the async context chain stored beside it is followed: its resume functions, the logical callers of the running
+//! async function, are stored right after that function's frame with [`trust::ASYNC`], and the walk then goes on
+//! with the OS stack from the record's return address (the executor: `swift_job_run`, the dispatch worker).
+//! Apple's `thread_stack_async_pcs` (Libc `gen/thread_stack_pcs.c`) instead *switches* to the chain at the first
+//! tagged record and drops the rest of the OS stack. Both are kept here because Apple's crash reports print the
+//! OS stack (the executor frames say which queue or actor ran the job, and a report's text stays comparable with
+//! Apple's), a nested run loop may run several jobs on one stack (each tagged record gets its chain), and the
+//! trust byte lets a reader rebuild either view: drop the [`trust::ASYNC`] frames for the OS stack, or cut after
+//! the first run of them for `thread_stack_async_pcs`'s. Every chain is bounded ([`swift_async::MAX_CHAIN`]
+//! frames, cycles, null, misaligned and unreadable contexts end it) and reads only through the [`MemoryReader`].
+//!
 //! **Repeats.** A run of `p` frames (1 ≤ p ≤ [`MAX_REPEAT_PERIOD`]) that repeats back to back is stored once and
 //! counted, so a stack overflow's callers (below thousands of recursive frames) stay in the report.
 //!
@@ -38,6 +52,7 @@ pub mod cfi;
 pub mod compact;
 pub mod expr;
 pub mod regs;
+pub mod swift_async;
 pub mod x86_64;
 
 use crate::arch::pac::PacStrip;
@@ -126,6 +141,9 @@ pub mod trust {
     pub const SCAN: u8 = 4;
     /// The link register (arm64 `x30`) of frame 0 without unwind tables.
     pub const LINK_REGISTER: u8 = 5;
+    /// A Swift async context's resume function, stored as its entry address + 1 (a logical caller of the async
+    /// function before it, found through the async context chain; see [`super::swift_async`]).
+    pub const ASYNC: u8 = 6;
 }
 
 /// Longest repeating run (in frames) the walker compresses.
@@ -152,6 +170,11 @@ pub struct WalkOptions {
     pub scan_words: u64,
     /// Scans allowed in one walk.
     pub max_scans: usize,
+    /// Interprets bits 63:60 of saved frame pointers as the Swift async tag and follows async context chains
+    /// ([`swift_async`]). Only right on Apple arm64 (arm64e included), where no user address has those bits set: on
+    /// Linux arm64 a high bit in a frame pointer is not a tag (top-byte-ignore lets tagged pointers be real
+    /// addresses), so it is off there.
+    pub swift_async: bool,
 }
 
 impl WalkOptions {
@@ -169,9 +192,14 @@ impl WalkOptions {
 const HOST_STRIP: Option<PacStrip> =
     if cfg!(target_arch = "aarch64") { PacStrip::with_va_bits(crate::arch::pac::LINUX_ARM64_VA_BITS) } else { None };
 
+/// Swift async frames are followed on Apple arm64 hosts only (see [`WalkOptions::swift_async`]). Apple x86-64 has
+/// the same extended record (`[ctx, rbp | 1 << 60, return address]`, LLVM `X86MachineFunctionInfo`), but it is
+/// left off there until it can be checked against a real macOS x86-64 stack.
+const HOST_SWIFT_ASYNC: bool = cfg!(all(target_vendor = "apple", target_arch = "aarch64"));
+
 impl WalkOptions {
     /// Options for this host: 8-byte alignment, 256 MiB stack span, 1 Mi steps, 64-word scans at most 4 times,
-    /// and PAC stripping on arm64.
+    /// PAC stripping on arm64, and Swift async frames on Apple arm64.
     pub const fn host() -> Self {
         WalkOptions {
             fp_align: 8,
@@ -180,6 +208,7 @@ impl WalkOptions {
             strip: HOST_STRIP,
             scan_words: 64,
             max_scans: 4,
+            swift_async: HOST_SWIFT_ASYNC,
         }
     }
 }
@@ -347,7 +376,7 @@ impl Out<'_> {
 
 /// Walks one stack from the registers `start` (see the module docs for the order of methods). Never allocates
 /// or panics; async-signal-safe when `mem` and `code` are. Its large locals take about 13 KiB of stack (gimli's row
-/// storage, 8.3 KiB on x86-64; the CIE/FDE copy, 4 KiB).
+/// storage, 8.3 KiB on x86-64; the CIE/FDE copy, 4 KiB), 1 KiB more while an async context chain is followed.
 ///
 /// `known_stack`: the thread's stack `(lo, hi)` in bytes when it is known (recorded at thread start); used as the
 /// stack's end when it holds the starting `sp`, otherwise the end is probed.
@@ -487,6 +516,12 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
             regs.set(arch.ra, opts.strip_value(lr));
         }
     }
+    if opts.swift_async {
+        // Stopped inside an async prologue, between `orr x29, x29, #1 << 60` and `add x29, sp, #16`.
+        if let Some(fp) = regs.get(arch.fp) {
+            regs.set(arch.fp, swift_async::untag(fp));
+        }
+    }
     if !out.push(pc0, trust::CONTEXT) {
         return StopReason::NoRoom;
     }
@@ -586,13 +621,16 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
             }
         }
 
-        let Some(caller) = found else { return StopReason::NoCaller };
+        let Some(mut caller) = found else { return StopReason::NoCaller };
         let next_pc = caller.regs.get(arch.pc).unwrap_or(0);
         if next_pc == 0 {
             return StopReason::End;
         }
         if next_pc == pc && caller.regs.get(arch.sp) == Some(sp) {
             return StopReason::NotIncreasing;
+        }
+        if opts.swift_async && !async_callers(arch, mem, code, opts, &mut stack, &regs, &mut caller, out) {
+            return StopReason::FrameCap;
         }
         if !out.push(next_pc, caller.trust) {
             return StopReason::FrameCap;
@@ -602,6 +640,40 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
         first = false;
     }
     StopReason::StepCap
+}
+
+/// Swift async frames for one step (only with [`WalkOptions::swift_async`]): when the caller's frame pointer was
+/// read from a tagged extended record, clears the tag in `caller` and, when that record is the one at the current
+/// frame's own `fp` (the word there is the tagged value, and `fp - 8 .. fp + 16` lies in the stack), stores the
+/// async context chain beside it. Not for callers found by a scan (the record's owner may be a frame the scan
+/// skipped) or restored from a signal frame (its `fp` is a register, not a record). `false` when the output is
+/// full.
+#[allow(clippy::too_many_arguments)]
+fn async_callers<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
+    arch: &ArchSpec,
+    mem: &mut M,
+    code: &C,
+    opts: &WalkOptions,
+    stack: &mut Stack,
+    regs: &UnwindRegs,
+    caller: &mut Caller,
+    out: &mut Out<'_>,
+) -> bool {
+    let Some(raw) = caller.regs.get(arch.fp) else { return true };
+    if !swift_async::is_tagged(raw) {
+        return true;
+    }
+    caller.regs.set(arch.fp, swift_async::untag(raw));
+    if caller.trust == trust::SCAN || caller.trust == trust::CONTEXT {
+        return true;
+    }
+    let Some(record) = regs.get(arch.fp) else { return true };
+    let Some(slot) = record.checked_sub(swift_async::CONTEXT_SLOT) else { return true };
+    if !stack.holds(mem, slot, 24) || mem.read_u64(record) != Some(raw) {
+        return true;
+    }
+    let end = swift_async::follow(mem, code, opts.strip, record, |v| out.push(v, trust::ASYNC));
+    end != swift_async::ChainEnd::Full
 }
 
 /// Follows the frame record at `fp` when it lies in the stack at or above `sp` and holds a believable return

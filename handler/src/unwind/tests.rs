@@ -32,8 +32,10 @@ fn the_walk_needs_well_under_the_crash_stack() {
     // README says "about 13 KiB" (8.3 KiB context and a 4 KiB copy on x86-64).
     let ctx = std::mem::size_of::<cfi::Context>();
     let copy = cfi::MAX_CIE + cfi::MAX_FDE;
-    println!("STACK_USE context {ctx} bytes, CIE/FDE copy {copy} bytes");
-    assert!(ctx + copy < 24 * 1024, "context {ctx} + copy {copy} bytes");
+    // The Swift async chain's cycle check: the contexts of one chain.
+    let seen = swift_async::MAX_CHAIN * 8;
+    println!("STACK_USE context {ctx} bytes, CIE/FDE copy {copy} bytes, async contexts seen {seen} bytes");
+    assert!(ctx + copy + seen < 24 * 1024, "context {ctx} + copy {copy} + seen {seen} bytes");
 }
 
 /// Memory as regions of bytes; reads must fall inside one region.
@@ -173,7 +175,16 @@ fn run_known(
     cap: usize,
     known: Option<(u64, u64)>,
 ) -> (Vec<u64>, Vec<u8>, Vec<Repeat>, WalkOutcome) {
-    let opts = WalkOptions { strip: None, ..WalkOptions::host() };
+    run_opts(p, regs, cap, known, &WalkOptions { strip: None, swift_async: false, ..WalkOptions::host() })
+}
+
+fn run_opts(
+    p: &mut Proc,
+    regs: &RegisterValues,
+    cap: usize,
+    known: Option<(u64, u64)>,
+    opts: &WalkOptions,
+) -> (Vec<u64>, Vec<u8>, Vec<Repeat>, WalkOutcome) {
     let code = Proc { regions: BTreeMap::new(), images: p.images.clone(), reads: 0 };
     let mut rules = Box::new(RuleCache::EMPTY);
     // Every walk twice: with an empty rule cache, then with the rows the first walk kept (as the second thread of
@@ -183,7 +194,14 @@ fn run_known(
         let mut tr = vec![0u8; cap];
         let mut reps = vec![Repeat::default(); 8];
         let before = p.reads;
-        let o = walk(regs, p, &code, &opts, known, WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps, rules });
+        let o = walk(
+            regs,
+            p,
+            &code,
+            opts,
+            known,
+            WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps, rules },
+        );
         (frames[..o.frames].to_vec(), tr[..o.frames].to_vec(), reps[..o.repeats].to_vec(), o, p.reads - before)
     };
     let (f, t, r, o, cold_reads) = once(p, &mut rules);
@@ -518,4 +536,358 @@ fn compact_unwind_walks_an_apple_image_without_eh_frame_hdr() {
     let ur = spec.regs_from(&regs).expect("regs");
     let got = compact::step(spec, &mut p, &mut ctx, &mut rules, &m, &ur, 0x40_1010, true);
     assert_eq!(got, Err(cfi::Miss::Bad));
+}
+
+/// Swift async frames ([`swift_async`]) on synthetic arm64 stacks: extended frame records, context chains on a heap,
+/// and everything that can be wrong with them.
+mod swift_async_chains {
+    use super::*;
+    use crate::unwind::swift_async::{follow, ChainEnd, MAX_CHAIN};
+
+    const HEAP: u64 = 0x9000_0000;
+    const TAG: u64 = 1 << 60;
+    /// Code: `leaf` 0x40_1000, the async function `F` 0x40_2000, the executor `E` (`swift_job_run`) 0x40_3000, the
+    /// thread start `S` 0x40_4000, resume partial functions `A`, `B`, `T` at 0x40_5000, 0x40_5100, 0x40_5200, and a
+    /// second async function `G` at 0x40_6000.
+    const LEAF_PC: u64 = 0x40_1010;
+    const RET_F: u64 = 0x40_2008;
+    const RET_E: u64 = 0x40_3008;
+    const RET_S: u64 = 0x40_4008;
+    const RET_G: u64 = 0x40_6008;
+    const A: u64 = 0x40_5000;
+    const B: u64 = 0x40_5100;
+    const T: u64 = 0x40_5200;
+    const C1: u64 = HEAP + 0x100;
+    const C2: u64 = HEAP + 0x200;
+    const C3: u64 = HEAP + 0x300;
+
+    fn sp() -> u64 {
+        STACK + 0x100
+    }
+    /// F's extended record `[ctx, fp | tag, lr]`: the frame pointer F set (`fp` of frames 0 and 1).
+    fn rec_f() -> u64 {
+        sp() + 0x40
+    }
+    fn fp_e() -> u64 {
+        sp() + 0x80
+    }
+    fn fp_s() -> u64 {
+        sp() + 0xc0
+    }
+
+    /// Every word of 0x40_0000..0x40_8000 is a `bl`, so every 4-aligned address there follows a call; no unwind
+    /// tables (frame records only). A stack, and a heap for the contexts.
+    ///
+    /// leaf (frame 0, frameless: its caller is in `lr`) ← F (async; its record is tagged and holds `C1`) ← E ← S;
+    /// the chain `C1 → C2 → C3 → null` resumes `A`, `B`, `T`.
+    fn process() -> (Proc, RegisterValues) {
+        let mut code = Vec::new();
+        while code.len() < 0x8000 {
+            code.extend_from_slice(&0x9400_0010u32.to_le_bytes());
+        }
+        let mut p = Proc::default();
+        p.regions.insert(0x40_0000, code);
+        p.regions.insert(STACK, vec![0u8; 0x1000]);
+        p.regions.insert(HEAP, vec![0u8; 0x1000]);
+        p.images.push(Module { start: 0x40_0000, end: 0x40_8000, unwind: UnwindSections::default() });
+        p.put_word(rec_f() - 8, C1);
+        p.put_word(rec_f(), fp_e() | TAG);
+        p.put_word(rec_f() + 8, RET_E);
+        p.put_word(fp_e(), fp_s());
+        p.put_word(fp_e() + 8, RET_S);
+        // S's record ends the chain: [0, 0].
+        chain(&mut p, &[(C1, C2, A), (C2, C3, B), (C3, 0, T)]);
+        (p, regs(LEAF_PC, sp(), rec_f(), RET_F))
+    }
+
+    /// Writes contexts `(address, parent, resume)`.
+    fn chain(p: &mut Proc, contexts: &[(u64, u64, u64)]) {
+        for &(at, parent, resume) in contexts {
+            p.put_word(at, parent);
+            p.put_word(at + 8, resume);
+        }
+    }
+
+    fn regs(pc: u64, sp: u64, fp: u64, lr: u64) -> RegisterValues {
+        let mut r = RegisterValues::new(crate::arch::aarch64::SET, crate::arch::aarch64::LEN);
+        r.put(32, pc);
+        r.put(31, sp);
+        r.put(29, fp);
+        r.put(30, lr);
+        r
+    }
+
+    fn apple() -> WalkOptions {
+        WalkOptions { strip: None, swift_async: true, scan_words: 0, ..WalkOptions::host() }
+    }
+
+    fn walk_apple(p: &mut Proc, r: &RegisterValues, cap: usize) -> (Vec<u64>, Vec<u8>, WalkOutcome) {
+        let (f, t, _, o) = run_opts(p, r, cap, None, &apple());
+        (f, t, o)
+    }
+
+    const PHYSICAL_TAIL: [u64; 2] = [RET_E, RET_S];
+    use trust::{ASYNC, CONTEXT, FRAME_POINTER as FP, LINK_REGISTER as LR};
+
+    #[test]
+    fn a_tagged_record_splices_the_context_chain_between_the_async_function_and_its_executor() {
+        let (mut p, r) = process();
+        let (f, t, o) = walk_apple(&mut p, &r, 64);
+        assert_eq!(f, vec![LEAF_PC, RET_F, A + 1, B + 1, T + 1, RET_E, RET_S], "{o:?}");
+        assert_eq!(t, vec![CONTEXT, LR, ASYNC, ASYNC, ASYNC, FP, FP]);
+        assert!(!o.truncated);
+    }
+
+    #[test]
+    fn off_apple_a_high_frame_pointer_bit_is_not_a_tag() {
+        // Linux arm64: the same words are an ordinary record whose saved fp (bit 60 set) is no stack address.
+        #[cfg(not(target_vendor = "apple"))]
+        assert!(!WalkOptions::host().swift_async, "only Apple arm64 hosts interpret the tag");
+        let (mut p, r) = process();
+        let before = p.reads;
+        let opts = WalkOptions { swift_async: false, ..apple() };
+        let (f, t, _, _) = run_opts(&mut p, &r, 64, None, &opts);
+        assert_eq!(f, vec![LEAF_PC, RET_F, RET_E], "no chain, and E's caller is lost behind the tagged value");
+        assert!(!t.contains(&ASYNC));
+        // Nothing on the heap was read.
+        let _ = before;
+        let mut heap_reads = CountHeap { inner: &mut p, heap: 0 };
+        let code = Proc { regions: BTreeMap::new(), images: heap_reads.inner.images.clone(), reads: 0 };
+        let (mut frames, mut tr, mut reps) = ([0u64; 16], [0u8; 16], [Repeat::default(); 4]);
+        let mut rules = Box::new(RuleCache::EMPTY);
+        let bufs = WalkBuffers { frames: &mut frames, trust: &mut tr, repeats: &mut reps, rules: &mut rules };
+        walk(&r, &mut heap_reads, &code, &opts, None, bufs);
+        assert_eq!(heap_reads.heap, 0);
+    }
+
+    /// Counts reads that touch the heap.
+    struct CountHeap<'a> {
+        inner: &'a mut Proc,
+        heap: usize,
+    }
+
+    impl MemoryReader for CountHeap<'_> {
+        fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
+            if (HEAP..HEAP + 0x1000).contains(&addr) {
+                self.heap += 1;
+            }
+            self.inner.read(addr, buf)
+        }
+    }
+
+    #[test]
+    fn compact_unwind_restores_the_tagged_fp_and_the_chain_is_found_the_same_way() {
+        // The Apple image carries `__unwind_info` with FRAME entries for F, E and S (the leaf has none: its caller
+        // comes from lr): the tagged fp comes back from F's record through the table, not the frame-pointer step.
+        let (mut p, r) = process();
+        let info = unwind_info_regular(
+            &[
+                (0x2000, compact::ARM64_MODE_FRAME),
+                (0x3000, compact::ARM64_MODE_FRAME),
+                (0x4000, compact::ARM64_MODE_FRAME),
+            ],
+            0x4100,
+        );
+        p.regions.insert(0x40_9000, info.clone());
+        p.images[0].unwind = UnwindSections { compact: (0x40_9000, info.len() as u64), ..UnwindSections::default() };
+        let (f, t, o) = walk_apple(&mut p, &r, 64);
+        assert_eq!(f, vec![LEAF_PC, RET_F, A + 1, B + 1, T + 1, RET_E, RET_S], "{o:?}");
+        assert_eq!(t, vec![CONTEXT, LR, ASYNC, ASYNC, ASYNC, trust::CFI, trust::CFI]);
+        assert_eq!(o.stop, StopReason::End, "S's record [0, 0] ends the stack");
+    }
+
+    #[test]
+    fn every_tagged_record_of_a_stack_gets_its_own_chain() {
+        // A nested run loop: E runs F's job, E was called by the async function G, whose record holds C4 (resume X).
+        let (mut p, r) = process();
+        let fp_g = sp() + 0xa0;
+        let x = 0x40_5300;
+        p.put_word(fp_e(), fp_g);
+        p.put_word(fp_e() + 8, RET_G);
+        p.put_word(fp_g - 8, HEAP + 0x400);
+        p.put_word(fp_g, fp_s() | TAG);
+        p.put_word(fp_g + 8, RET_S);
+        chain(&mut p, &[(HEAP + 0x400, 0, x)]);
+        let (f, t, o) = walk_apple(&mut p, &r, 64);
+        assert_eq!(f, vec![LEAF_PC, RET_F, A + 1, B + 1, T + 1, RET_E, RET_G, x + 1, RET_S], "{o:?}");
+        assert_eq!(t, vec![CONTEXT, LR, ASYNC, ASYNC, ASYNC, FP, FP, ASYNC, FP]);
+    }
+
+    #[test]
+    fn a_tagged_x29_register_stopped_in_the_prologue_is_untagged_and_starts_no_chain() {
+        // Stopped right after `orr x29, x29, #1 << 60` in F: x29 is E's fp with the tag, lr returns into E.
+        let (mut p, _) = process();
+        let r = regs(0x40_2004, rec_f() + 0x10, fp_e() | TAG, RET_E);
+        let (f, t, o) = walk_apple(&mut p, &r, 64);
+        assert_eq!(f, vec![0x40_2004, RET_E, RET_S], "{o:?}");
+        assert_eq!(t, vec![CONTEXT, LR, FP]);
+    }
+
+    #[test]
+    fn cycles_end_the_chain_before_any_context_repeats_and_the_os_stack_goes_on() {
+        // (Repeat records are checked too: a chain going round would otherwise hide in them.)
+        let (mut p, r) = process();
+        chain(&mut p, &[(C1, C2, A), (C2, C1, B)]);
+        let (f, t, reps, _) = run_opts(&mut p, &r, 64, None, &apple());
+        assert_eq!(f, [&[LEAF_PC, RET_F, A + 1, B + 1][..], &PHYSICAL_TAIL].concat());
+        assert_eq!(t.iter().filter(|t| **t == ASYNC).count(), 2);
+        assert!(reps.is_empty(), "{reps:?}");
+        // A context that is its own parent.
+        chain(&mut p, &[(C1, C1, A)]);
+        let (f, _, reps, _) = run_opts(&mut p, &r, 64, None, &apple());
+        assert_eq!(f, [&[LEAF_PC, RET_F, A + 1][..], &PHYSICAL_TAIL].concat());
+        assert!(reps.is_empty(), "{reps:?}");
+    }
+
+    /// A named change to [`process`] and the async frames (resume + 1) that must survive it.
+    type Damage = (&'static str, fn(&mut Proc), &'static [u64]);
+
+    /// Points F's context slot at `at`, where a root context resuming `A` is written (unaligned bytes).
+    fn misaligned(p: &mut Proc, at: u64) {
+        p.put_word(rec_f() - 8, at);
+        let heap = p.regions.get_mut(&HEAP).expect("heap");
+        let off = (at - HEAP) as usize;
+        heap[off..off + 8].copy_from_slice(&0u64.to_le_bytes());
+        heap[off + 8..off + 16].copy_from_slice(&A.to_le_bytes());
+    }
+
+    #[test]
+    fn null_misaligned_unmapped_and_non_code_pointers_end_the_chain_where_they_are() {
+        let cases: [Damage; 8] = [
+            ("null first context", |p| p.put_word(rec_f() - 8, 0), &[]),
+            // Each misaligned context holds a believable one (root, resuming A): only the alignment rule refuses it.
+            ("misaligned first context", |p| misaligned(p, HEAP + 0x504), &[]),
+            ("odd first context", |p| misaligned(p, HEAP + 0x601), &[]),
+            ("unmapped first context", |p| p.put_word(rec_f() - 8, 0xdead_0000), &[]),
+            ("misaligned parent", |p| p.put_word(C1, C2 + 2), &[A + 1]),
+            ("unmapped parent", |p| p.put_word(C1, 0x5555_0000), &[A + 1]),
+            ("resume outside every image", |p| p.put_word(C2 + 8, 0x1234), &[A + 1]),
+            ("null resume: the root", |p| p.put_word(C2 + 8, 0), &[A + 1]),
+        ];
+        for (what, damage, want) in cases {
+            let (mut p, r) = process();
+            damage(&mut p);
+            let (f, t, o) = walk_apple(&mut p, &r, 64);
+            assert_eq!(f, [&[LEAF_PC, RET_F][..], want, &PHYSICAL_TAIL].concat(), "{what}: {o:?}");
+            assert_eq!(t.iter().filter(|t| **t == ASYNC).count(), want.len(), "{what}");
+        }
+        // A context at the very end of the heap: its resume word would be past the mapping.
+        let (mut p, r) = process();
+        p.put_word(C1, HEAP + 0xff8);
+        p.put_word(HEAP + 0xff8, 0);
+        let (f, _, _) = walk_apple(&mut p, &r, 64);
+        assert_eq!(f, [&[LEAF_PC, RET_F, A + 1][..], &PHYSICAL_TAIL].concat());
+    }
+
+    #[test]
+    fn a_context_slot_below_the_stack_pointer_is_never_read() {
+        // F's record sits at sp itself (frame 0's sp): its context slot, sp - 8, is outside the proven stack (though
+        // readable, and holding a good context pointer).
+        let (mut p, _) = process();
+        let at = sp();
+        p.put_word(at - 8, C1);
+        p.put_word(at, fp_e() | TAG);
+        p.put_word(at + 8, RET_E);
+        let r = regs(LEAF_PC, at, at, RET_F);
+        let (f, t, _) = walk_apple(&mut p, &r, 64);
+        assert_eq!(f, [&[LEAF_PC, RET_F][..], &PHYSICAL_TAIL].concat());
+        assert!(!t.contains(&ASYNC));
+    }
+
+    #[test]
+    fn signed_context_pointers_and_resume_functions_are_stripped() {
+        // arm64e: the context slot is signed with the DB key (discriminator 0xc31a), `Parent` with DA (0xbda2),
+        // `ResumeParent` with IA (0xd707): PAC bits in 48..54 and the top byte (bit 55 clear: user addresses).
+        let (mut p, r) = process();
+        p.put_word(rec_f() - 8, 0x0042_0000_0000_0000 | C1);
+        chain(
+            &mut p,
+            &[
+                (C1, 0x1a11_0000_0000_0000 | C2, 0x2c7f_0000_0000_0000 | A),
+                (C2, 0x0033_0000_0000_0000 | C3, 0x0001_0000_0000_0000 | B),
+                (C3, 0, 0x4d2e_0000_0000_0000 | T),
+            ],
+        );
+        let signed = WalkOptions { strip: PacStrip::with_va_bits(48), ..apple() };
+        let (f, t, _, o) = run_opts(&mut p, &r, 64, None, &signed);
+        assert_eq!(f, vec![LEAF_PC, RET_F, A + 1, B + 1, T + 1, RET_E, RET_S], "{o:?}");
+        assert_eq!(t.iter().filter(|t| **t == ASYNC).count(), 3);
+        // Without a stripper the signed context is no address: no chain, the OS stack is still whole.
+        let (f, _, _) = walk_apple(&mut p, &r, 64);
+        assert_eq!(f, [&[LEAF_PC, RET_F][..], &PHYSICAL_TAIL].concat());
+    }
+
+    #[test]
+    fn a_chain_stops_at_its_limit_and_the_frame_cap_stops_the_walk() {
+        // 200 distinct contexts, each resuming a different function.
+        let (mut p, r) = process();
+        let n = 200u64;
+        let ctx = |k: u64| HEAP + 16 * k;
+        p.put_word(rec_f() - 8, ctx(0));
+        for k in 0..n {
+            chain(&mut p, &[(ctx(k), if k + 1 < n { ctx(k + 1) } else { 0 }, A + 4 * k)]);
+        }
+        let (f, t, o) = walk_apple(&mut p, &r, 512);
+        let want: Vec<u64> = (0..MAX_CHAIN as u64).map(|k| A + 4 * k + 1).collect();
+        assert_eq!(f, [&[LEAF_PC, RET_F][..], &want, &PHYSICAL_TAIL].concat(), "{o:?}");
+        assert_eq!(t.iter().filter(|t| **t == ASYNC).count(), MAX_CHAIN);
+        // The frame buffer fills inside the chain: the walk ends there, truncated.
+        let (mut p, r) = process();
+        let (f, _, o) = walk_apple(&mut p, &r, 3);
+        assert_eq!(f, vec![LEAF_PC, RET_F, A + 1]);
+        assert_eq!((o.stop, o.truncated), (StopReason::FrameCap, true));
+    }
+
+    #[test]
+    fn a_recursive_async_function_is_compressed_like_any_recursion() {
+        // 50 contexts resuming the same function (an async function awaiting itself), then the root.
+        let (mut p, r) = process();
+        let n = 50u64;
+        let ctx = |k: u64| HEAP + 16 * k;
+        p.put_word(rec_f() - 8, ctx(0));
+        for k in 0..n {
+            chain(&mut p, &[(ctx(k), ctx(k + 1), B)]);
+        }
+        chain(&mut p, &[(ctx(n), 0, T)]);
+        let (f, t, reps, o) = run_opts(&mut p, &r, 64, None, &apple());
+        assert_eq!(f, [&[LEAF_PC, RET_F, B + 1, T + 1][..], &PHYSICAL_TAIL].concat(), "{o:?}");
+        assert_eq!(t[2..4], [ASYNC, ASYNC]);
+        assert_eq!(reps, vec![Repeat { start: 2, len: 1, count: (n - 1) as u32 }]);
+    }
+
+    #[test]
+    fn follow_reports_why_each_chain_ended() {
+        let (mut p, _) = process();
+        let code = Proc { regions: BTreeMap::new(), images: p.images.clone(), reads: 0 };
+        let mut got = Vec::new();
+        let run = |p: &mut Proc, got: &mut Vec<u64>| {
+            got.clear();
+            follow(p, &code, None, rec_f(), |v| {
+                got.push(v);
+                true
+            })
+        };
+        assert_eq!(run(&mut p, &mut got), ChainEnd::Root);
+        assert_eq!(got, vec![A + 1, B + 1, T + 1]);
+        chain(&mut p, &[(C3, C2, T)]);
+        assert_eq!(run(&mut p, &mut got), ChainEnd::Cycle);
+        assert_eq!(got, vec![A + 1, B + 1, T + 1]);
+        chain(&mut p, &[(C3, 0x7777_0000, T)]);
+        assert_eq!(run(&mut p, &mut got), ChainEnd::BadPointer);
+        let mut taken = 0;
+        let end = follow(&mut p, &code, None, rec_f(), |_| {
+            taken += 1;
+            taken < 2
+        });
+        assert_eq!((end, taken), (ChainEnd::Full, 2));
+        // A record at address 0..8 has no context slot.
+        assert_eq!(follow(&mut p, &code, None, 4, |_| true), ChainEnd::BadPointer);
+        // MAX_CHAIN distinct contexts and more: the limit.
+        for k in 0..(MAX_CHAIN as u64 + 1) {
+            chain(&mut p, &[(HEAP + 16 * k, HEAP + 16 * (k + 1), A)]);
+        }
+        p.put_word(rec_f() - 8, HEAP);
+        assert_eq!(run(&mut p, &mut got), ChainEnd::Limit);
+        assert_eq!(got.len(), MAX_CHAIN);
+    }
 }

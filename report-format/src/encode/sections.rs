@@ -63,11 +63,11 @@ pub struct Meta<'a> {
     pub minimal: bool,
     /// Free text about how the report was made (why it is minimal, for instance).
     pub note: &'a [u8],
-    /// Present for a non-fatal report (format 2.2, SCHEMA.md §4.1.1): the process went on.
+    /// Present for a non-fatal report (format 2.3, SCHEMA.md §4.1.1): the process went on.
     pub non_fatal: Option<NonFatal<'a>>,
 }
 
-/// What makes a report non-fatal (META `nf`, format 2.2, SCHEMA.md §4.1.1).
+/// What makes a report non-fatal (META `nf`, format 2.3, SCHEMA.md §4.1.1).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NonFatal<'a> {
     /// Why it was made: `hang`, `manual`, `app` ([`NON_FATAL_HANG`], [`NON_FATAL_MANUAL`], [`NON_FATAL_APP`]).
@@ -183,8 +183,8 @@ pub struct Thread<'a> {
     /// Repeating runs left out of `frames`.
     pub repeats: &'a [Repeat],
     /// How each frame was found, one byte per frame of `frames` (may be shorter, or empty when unknown):
-    /// `model::FrameTrust` values (1 context, 2 CFI, 3 frame pointer, 4 scan, 5 link register); values above 7
-    /// are written as 0 (unknown).
+    /// `model::FrameTrust` values (1 context, 2 CFI, 3 frame pointer, 4 scan, 5 link register, 6 Swift async
+    /// resume function); values above 7 are written as 0 (unknown).
     pub trust: &'a [u8],
     /// Where each frame's image is; `None`: every frame is written as an absolute address.
     pub images: Option<&'a dyn ImageLookup>,

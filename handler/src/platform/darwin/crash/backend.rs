@@ -11,9 +11,7 @@
 
 use super::mach;
 
-use crate::platform::darwin::crash::crash_info::{self, CrashInfoString};
 use crate::arch::pac::PacStrip;
-use crate::platform::darwin::crash::ports::SavedPorts;
 use crate::crash::actions::SavedActions;
 use crate::crash::capture::{self, Backend, Core, CrashRecord, Facts, NOTE_OVERFLOW};
 use crate::crash::hooks::{self, CrashEvent};
@@ -21,6 +19,8 @@ use crate::crash::images::{ImageList, ImageTable};
 use crate::crash::raw_buf::RawBuf;
 use crate::crash::reentrancy::CrashGate;
 use crate::crash::threads::{SlotData, ThreadTable, CAPTURED, NOT_CAPTURED};
+use crate::platform::darwin::crash::crash_info::{self, CrashInfoString};
+use crate::platform::darwin::crash::ports::SavedPorts;
 use crate::unwind::WalkOptions;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use report_format::encode::Message;
@@ -173,10 +173,12 @@ fn is_ours(st: &State, port: u32, own: &Crashed) -> bool {
 struct Owner {
     st: &'static State,
     who: Crashed,
-    /// The task's thread list, held from [`Backend::stop_threads`] until [`Owner::resume`].
+    /// The task's thread list, held from [`Backend::request_stop`] until [`Owner::resume`].
     list: Option<mach::ThreadList>,
     /// How many entries of `st.suspended` hold threads suspended by this capture.
     n_suspended: usize,
+    /// META note of the stop ("" when none).
+    note: &'static [u8],
 }
 
 impl Owner {
@@ -213,7 +215,7 @@ impl Backend for Owner {
         }
     }
 
-    fn stop_threads(&mut self, table: &ThreadTable, rec: &mut CrashRecord) -> &'static [u8] {
+    fn request_stop(&mut self, table: &ThreadTable, rec: &mut CrashRecord) {
         let (st, who) = (self.st, self.who);
         let reader = mach::TaskReader::new();
         // SAFETY: the owner has exclusive use of the preallocated buffers (crash gate).
@@ -257,8 +259,11 @@ impl Backend for Owner {
                 // The crashed thread's saved state is its fault state (it waits in exception delivery), except on
                 // the signal path, where the crashed thread is this one: then the signal's ucontext is the truth.
                 let from_record = (crashed && !rec.regs.set.is_empty()).then_some(rec.regs);
-                let regs =
-                    if port == who.self_port { from_record } else { mach::registers(port, st.pac, crashed).or(from_record) };
+                let regs = if port == who.self_port {
+                    from_record
+                } else {
+                    mach::registers(port, st.pac, crashed).or(from_record)
+                };
                 found_crashed |= crashed;
                 match regs {
                     Some(r) => {
@@ -285,13 +290,19 @@ impl Backend for Owner {
             }
         }
         table.publish();
-        if self.list.is_none() {
+        self.note = if self.list.is_none() {
             NOTE_NO_THREADS
         } else if overflow > 0 {
             NOTE_OVERFLOW
         } else {
             b""
-        }
+        };
+    }
+
+    /// Every thread was suspended and read in [`Backend::request_stop`] (both are synchronous Mach calls), so the
+    /// report's images and messages are read from a stopped task.
+    fn await_stop(&mut self, _table: &ThreadTable, _rec: &mut CrashRecord) -> &'static [u8] {
+        self.note
     }
 
     fn memory(&mut self) -> Self::Memory {
@@ -322,7 +333,7 @@ impl Backend for Owner {
 /// the caller. Returns `true` when a report was committed.
 pub fn capture(st: &'static State, rec: &mut CrashRecord, who: Crashed) -> bool {
     hooks::call(CrashEvent::Start, rec.tid);
-    let mut owner = Owner { st, who, list: None, n_suspended: 0 };
+    let mut owner = Owner { st, who, list: None, n_suspended: 0, note: b"" };
     let committed = capture::run(&st.core, &mut owner, rec);
     if committed {
         st.reported.store(true, Ordering::Release);
@@ -334,7 +345,7 @@ pub fn capture(st: &'static State, rec: &mut CrashRecord, who: Crashed) -> bool 
 
 /// Writes the minimal report of `rec` (after a fault inside the handler); `true` when committed.
 pub fn write_minimal(st: &'static State, rec: &mut CrashRecord) -> bool {
-    let owner = Owner { st, who: Crashed { port: 0, self_port: 0 }, list: None, n_suspended: 0 };
+    let owner = Owner { st, who: Crashed { port: 0, self_port: 0 }, list: None, n_suspended: 0, note: b"" };
     let committed = capture::write_minimal(&st.core, &owner, rec);
     if committed {
         st.reported.store(true, Ordering::Release);

@@ -6,11 +6,11 @@
 //! it is released with `vm_deallocate`), takes a lock, panics or formats. **Type-checked only.**
 
 use super::super::ffi::{vm_deallocate, vm_read_overwrite};
-use crate::platform::darwin::crash::crash_info;
 use crate::arch::pac::PacStrip;
+use crate::arch::{aarch64, x86_64, RegisterValues};
+use crate::platform::darwin::crash::crash_info;
 use crate::platform::darwin::crash::ports::SavedPorts;
 use crate::platform::darwin::crash::state;
-use crate::arch::{aarch64, x86_64, RegisterValues};
 use crate::unwind::MemoryReader;
 use mach2::kern_return::KERN_SUCCESS;
 use mach2::mach_port::mach_port_deallocate;
@@ -52,9 +52,7 @@ impl TaskReader {
         let mut out: vm_size_t = 0;
         // SAFETY: `buf` is a valid writable buffer of `buf.len()` bytes; the kernel writes at most `size` bytes into
         // it and validates `addr` itself (returning an error for unmapped ranges).
-        let kr = unsafe {
-            vm_read_overwrite(self.task, addr, buf.len(), buf.as_mut_ptr() as vm_address_t, &mut out)
-        };
+        let kr = unsafe { vm_read_overwrite(self.task, addr, buf.len(), buf.as_mut_ptr() as vm_address_t, &mut out) };
         kr == KERN_SUCCESS && out == buf.len()
     }
 

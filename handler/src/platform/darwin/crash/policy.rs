@@ -273,7 +273,11 @@ mod tests {
         let tries = behavior_attempts(ARM_THREAD_STATE64, ARM_THREAD_STATE_NONE);
         assert_eq!(
             tries,
-            [(0x8000_0005, ARM_THREAD_STATE64), (0x8000_0004, ARM_THREAD_STATE_NONE), (0x8000_0001, ARM_THREAD_STATE_NONE)]
+            [
+                (0x8000_0005, ARM_THREAD_STATE64),
+                (0x8000_0004, ARM_THREAD_STATE_NONE),
+                (0x8000_0001, ARM_THREAD_STATE_NONE)
+            ]
         );
         let x86 = behavior_attempts(4, 13);
         assert_eq!(x86.map(|(_, f)| f), [4, 13, 13]);

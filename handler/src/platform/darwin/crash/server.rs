@@ -21,14 +21,14 @@
 
 use super::mach::{self, FLAVORS};
 use super::{capture, state_none, wait_done, write_minimal, Crashed, State, GATE};
-use crate::platform::darwin::crash::exc::{signal_for, Cpu, EXC_BAD_ACCESS, KERN_FAILURE};
+use crate::crash::capture::CrashRecord;
 use crate::crash::first_chance;
+use crate::crash::reentrancy::Entry;
+use crate::platform::darwin::crash::exc::{signal_for, Cpu, EXC_BAD_ACCESS, KERN_FAILURE};
+use crate::platform::darwin::crash::msg::{encode_reply, parse_request, ExceptionRequest};
 use crate::platform::darwin::crash::policy::{
     exception_is_ours, mach_server_action, MachAction, RequestIdentity, SIGNALS_TO_UNBLOCK,
 };
-use crate::platform::darwin::crash::msg::{encode_reply, parse_request, ExceptionRequest};
-use crate::crash::capture::CrashRecord;
-use crate::crash::reentrancy::Entry;
 use core::sync::atomic::Ordering;
 use mach2::kern_return::KERN_SUCCESS;
 use mach2::mach_port::mach_port_deallocate;

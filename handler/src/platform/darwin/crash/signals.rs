@@ -20,14 +20,14 @@
 use super::mach::{self, FLAVORS};
 use super::server::own_port;
 use super::{capture, state, wait_done, write_minimal, Crashed, State, GATE};
+use crate::crash::actions::{self, FATAL_SIGNALS};
+use crate::crash::capture::CrashRecord;
 use crate::crash::first_chance;
+use crate::crash::reentrancy::Entry;
+use crate::crash::writer;
 use crate::platform::darwin::crash::exc::{exception_mask_for_signal, signal_is_user_sent, Cpu};
 use crate::platform::darwin::crash::policy::{reraise_after_report, signal_fallback_captures_with_hook};
 use crate::platform::darwin::crash::state::mcontext64_parts;
-use crate::crash::actions::{self, FATAL_SIGNALS};
-use crate::crash::capture::CrashRecord;
-use crate::crash::reentrancy::Entry;
-use crate::crash::writer;
 use core::ffi::c_void;
 use core::sync::atomic::Ordering;
 

@@ -314,7 +314,7 @@ impl<M: MemoryReader> Walker<'_, M> {
 /// Appends `rec` to `out`: `Err(Cycle)` when its load address is already there (a cycle in the list), `Err(Full)`
 /// when the list (entries or path bytes) is full.
 fn add(out: &mut ImageList, rec: &ImageRecord<'_>) -> Result<(), WalkEnd> {
-    if (0..out.len()).any(|i| out.entry(i).is_some_and(|e| e.load_address == rec.load_address)) {
+    if out.has_load_address(rec.load_address) {
         return Err(WalkEnd::Cycle);
     }
     if out.len() >= out.capacity() || !out.push_record(rec) {
@@ -516,11 +516,9 @@ impl CrashImages {
 
 /// Appends the images of `from` whose load address is not in `list` yet (bounded by both lists' lengths).
 pub fn append_missing(list: &mut ImageList, from: &ImageList) {
-    let have = list.len();
     for i in 0..from.len() {
         let Some(r) = from.record(i) else { break };
-        if !(0..have).any(|j| list.entry(j).is_some_and(|e| e.load_address == r.load_address)) && !list.push_record(&r)
-        {
+        if !list.has_load_address(r.load_address) && !list.push_record(&r) {
             break;
         }
     }

@@ -1,6 +1,6 @@
 //! The fault-proof memory reader: `process_vm_readv(2)` on the own pid (a bad address returns `EFAULT` instead of
 //! faulting), with a direct-mapped cache of up to [`MAX_BLOCKS`] 4 KiB blocks (block `b` lives in slot
-//! `b % blocks`), so a stack walk costs one system call per 4 KiB of stack, and the binary searches of the unwinder
+//! `b % blocks`; a miss reads up to [`READ_AHEAD`] consecutive blocks in one call), so a stack walk costs one system call per 4 KiB of stack, and the binary searches of the unwinder
 //! over `.eh_frame_hdr` tables and the FDEs it copies, which jump between a few pages of each image, mostly hit the
 //! cache instead of costing a system call per probe; and a one-block negative cache: a block that could not be read is not asked for again (the walker's scan for a frame record
 //! probes the unmapped page above a stack hundreds of times; each probe used to cost two failing system calls).
@@ -25,6 +25,10 @@ pub const MAX_BLOCKS: usize = 64;
 
 /// The cache size the Linux backend preallocates, in bytes: 32 blocks (128 KiB).
 pub const CACHE_BYTES: usize = 32 * BLOCK;
+
+/// Most blocks one cache miss reads in one system call: the missing block and the ones after it (link-map nodes
+/// and the strings they point to sit in increasing heap addresses; stacks are read upwards).
+pub const READ_AHEAD: usize = 4;
 
 /// Tag of an empty cache slot (no block starts there: block bases are multiples of [`BLOCK`]).
 const EMPTY: u64 = u64::MAX;
@@ -100,6 +104,88 @@ impl<'a> ProcessVmReader<'a> {
         true
     }
 
+    /// Fills cache slot `slot` (bytes `start..stop` of the cache) with the block at `base`, and with it, in the same
+    /// system call, the next blocks up to [`READ_AHEAD`] in all, into the slots that follow (those that do not hold
+    /// their block already; the run stops at the cache's end). A read-ahead block that is not mapped only ends the
+    /// run: `process_vm_readv` reads whole remote iovecs in order and stops at the first that fails. `false` (and
+    /// the block remembered as unreadable) when the block at `base` could not be read.
+    fn fill(&mut self, base: u64, slot: usize, slots: usize, start: usize, stop: usize) -> bool {
+        let mut run = 1usize;
+        if self.pipe.is_none() {
+            while run < READ_AHEAD {
+                let (Some(next_slot), Some(next_base)) =
+                    (slot.checked_add(run), base.checked_add((run as u64).saturating_mul(BLOCK as u64)))
+                else {
+                    break;
+                };
+                // Not past the cache's end, not below 2^64, and not a block the cache holds already.
+                if next_slot >= slots
+                    || next_base.checked_add(BLOCK as u64).is_none()
+                    || self.tags.get(next_slot) == Some(&next_base)
+                {
+                    break;
+                }
+                run = run.saturating_add(1);
+            }
+        }
+        let got = if run == 1 {
+            let cache = core::mem::take(&mut self.cache);
+            let ok = match cache.get_mut(start..stop) {
+                Some(c) => self.read_direct(base, c),
+                None => false,
+            };
+            self.cache = cache;
+            usize::from(ok)
+        } else {
+            self.read_run(base, start, run)
+        };
+        for k in 0..run {
+            let (Some(tag), Some(b)) =
+                (self.tags.get_mut(slot.saturating_add(k)), base.checked_add((k as u64).saturating_mul(BLOCK as u64)))
+            else {
+                break;
+            };
+            *tag = if k < got { b } else { EMPTY };
+        }
+        if got == 0 {
+            self.bad_base = base;
+            return false;
+        }
+        true
+    }
+
+    /// One `process_vm_readv` of `run` consecutive blocks from `base` into the cache bytes from `start`; how many
+    /// whole blocks arrived (0: not even the first).
+    fn read_run(&mut self, base: u64, start: usize, run: usize) -> usize {
+        let mut local = [libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 }; READ_AHEAD];
+        let mut remote = [libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 }; READ_AHEAD];
+        let mut n = 0usize;
+        for (k, (l, r)) in local.iter_mut().zip(remote.iter_mut()).take(run).enumerate() {
+            let (Some(from), Some(at)) =
+                (start.checked_add(k.saturating_mul(BLOCK)), base.checked_add((k as u64).saturating_mul(BLOCK as u64)))
+            else {
+                break;
+            };
+            let Some(dst) = self.cache.get_mut(from..from.saturating_add(BLOCK)) else { break };
+            *l = libc::iovec { iov_base: dst.as_mut_ptr().cast(), iov_len: BLOCK };
+            *r = libc::iovec { iov_base: at as usize as *mut libc::c_void, iov_len: BLOCK };
+            n = n.saturating_add(1);
+        }
+        if n == 0 {
+            return 0;
+        }
+        // SAFETY: each local iovec describes a distinct BLOCK-sized part of `self.cache`, valid for writes; the
+        // kernel validates the remote ranges and stops at the first unreadable one (or returns EFAULT for the
+        // first) instead of faulting.
+        let r = unsafe {
+            libc::process_vm_readv(self.pid, local.as_ptr(), n as libc::c_ulong, remote.as_ptr(), n as libc::c_ulong, 0)
+        };
+        if r <= 0 {
+            return 0;
+        }
+        (r as usize / BLOCK).min(n)
+    }
+
     /// Reads exactly `buf.len()` bytes at `addr` without the cache.
     pub fn read_direct(&self, addr: u64, buf: &mut [u8]) -> bool {
         if buf.is_empty() {
@@ -140,20 +226,8 @@ impl MemoryReader for ProcessVmReader<'_> {
         let slot = base.checked_div(BLOCK as u64).and_then(|b| b.checked_rem(slots as u64)).unwrap_or(0) as usize;
         let Some(start) = slot.checked_mul(BLOCK) else { return false };
         let Some(stop) = start.checked_add(BLOCK) else { return false };
-        if self.tags.get(slot) != Some(&base) {
-            let cache = core::mem::take(&mut self.cache);
-            let ok = match cache.get_mut(start..stop) {
-                Some(c) => self.read_direct(base, c),
-                None => false,
-            };
-            self.cache = cache;
-            let Some(tag) = self.tags.get_mut(slot) else { return false };
-            if !ok {
-                *tag = EMPTY;
-                self.bad_base = base;
-                return false;
-            }
-            *tag = base;
+        if self.tags.get(slot) != Some(&base) && !self.fill(base, slot, slots, start, stop) {
+            return false;
         }
         // `addr >= base` and `end <= base + BLOCK`, so both offsets are below BLOCK; still computed checked.
         let (Some(off), Some(off_end)) = (addr.checked_sub(base), end.checked_sub(base)) else { return false };
@@ -176,7 +250,8 @@ mod tests {
     use super::*;
 
     /// Blocks live in slot `block % slots`: reads across many pages return the right bytes, a block stays cached
-    /// while no other block maps to its slot, and is read again once evicted.
+    /// while no other block maps to its slot (a miss also fills the next slots with the next blocks, up to
+    /// [`READ_AHEAD`] in all), and is read again once evicted.
     #[test]
     fn direct_mapped_cache_keeps_blocks_until_a_colliding_block_evicts_them() {
         // 16 pages, 4096-aligned, each word its own address-derived value.
@@ -188,10 +263,11 @@ mod tests {
             *w = 0xabcd_0000_0000 + i as u64;
         }
         let base = words.as_ptr() as u64;
-        let mut cache = vec![0u8; 4 * BLOCK];
+        let mut cache = vec![0u8; 8 * BLOCK];
         // SAFETY: getpid has no preconditions.
         let mut r = ProcessVmReader::new(unsafe { libc::getpid() }, &mut cache);
-        // Where `process_vm_readv` cannot read the own process (qemu-user), the pipe reader is cached the same way.
+        // Where `process_vm_readv` cannot read the own process (qemu-user), the pipe reader is cached the same way
+        // (without read-ahead).
         if !process_vm_readv_works() {
             r = r.with_pipe(Some(pipe()));
         }
@@ -203,7 +279,7 @@ mod tests {
         for i in (0..16 * BLOCK / 8).step_by(97) {
             assert_eq!(read(&mut r, i), 0xabcd_0000_0000 + i as u64);
         }
-        // Page 0 and page 1 cached now (different slots); change both in memory.
+        // Page 0 and page 1 cached now (slots 0 and 1); change both in memory.
         let per_page = BLOCK / 8;
         assert_eq!(read(&mut r, 0), 0xabcd_0000_0000);
         assert_eq!(read(&mut r, per_page), 0xabcd_0000_0000 + per_page as u64);
@@ -214,10 +290,59 @@ mod tests {
         }
         assert_eq!(read(&mut r, 0), 0xabcd_0000_0000, "page 0 still served from its slot");
         assert_eq!(read(&mut r, per_page), 0xabcd_0000_0000 + per_page as u64, "page 1 too");
-        // Page 4 maps to page 0's slot (4 slots): it evicts page 0 but not page 1.
-        assert_eq!(read(&mut r, 4 * per_page), 0xabcd_0000_0000 + 4 * per_page as u64);
-        assert_eq!(read(&mut r, 0), 1, "page 0 was evicted and read again");
-        assert_eq!(read(&mut r, per_page), 0xabcd_0000_0000 + per_page as u64, "page 1 was not");
+        // Page 12 maps to slot 4 (8 slots): it and its read-ahead (slots 5-7) leave slots 0 and 1 alone.
+        assert_eq!(read(&mut r, 12 * per_page), 0xabcd_0000_0000 + 12 * per_page as u64);
+        assert_eq!(read(&mut r, 0), 0xabcd_0000_0000, "page 0 not evicted by page 12");
+        assert_eq!(read(&mut r, per_page), 0xabcd_0000_0000 + per_page as u64, "nor page 1");
+        // Page 9 maps to page 1's slot: it evicts page 1 but not page 0.
+        assert_eq!(read(&mut r, 9 * per_page), 0xabcd_0000_0000 + 9 * per_page as u64);
+        assert_eq!(read(&mut r, per_page), 2, "page 1 was evicted and read again");
+        assert_eq!(read(&mut r, 0), 0xabcd_0000_0000, "page 0 was not");
+    }
+
+    /// A miss reads the following blocks in the same system call; a read-ahead block that is not mapped ends the
+    /// run without failing the read, and is refused when asked for; the block after it is read on its own.
+    #[test]
+    fn read_ahead_fills_the_next_slots_and_stops_at_unmapped_memory() {
+        if !process_vm_readv_works() {
+            return; // The pipe fallback (qemu-user) reads one block per miss; covered by the test above.
+        }
+        // SAFETY: a fresh anonymous private mapping of four pages; the middle one is unmapped again below.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                4 * BLOCK,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let base = p as u64;
+        let page = |i: u64| (base + i * BLOCK as u64) as *mut u64;
+        // SAFETY: pages 0-3 are mapped and writable; page 2 is unmapped after the writes and never touched again.
+        unsafe {
+            for i in 0..4 {
+                *page(i) = 100 + i;
+            }
+            assert_eq!(libc::munmap(page(2).cast(), BLOCK), 0);
+        }
+        let mut cache = vec![0u8; 8 * BLOCK];
+        // SAFETY: getpid has no preconditions.
+        let mut r = ProcessVmReader::new(unsafe { libc::getpid() }, &mut cache);
+        assert_eq!(r.read_u64(base), Some(100));
+        // Page 1 came with page 0: a change in memory is not seen until it is evicted.
+        // SAFETY: page 1 is mapped.
+        unsafe { *page(1) = 7 };
+        assert_eq!(r.read_u64(base + BLOCK as u64), Some(101), "page 1 was read ahead with page 0");
+        assert_eq!(r.read_u64(base + 2 * BLOCK as u64), None, "the unmapped page is refused");
+        assert_eq!(r.read_u64(base + 3 * BLOCK as u64), Some(103), "the page after the hole is read on its own");
+        // SAFETY: unmapping what this test mapped (pages 0, 1 and 3).
+        unsafe {
+            libc::munmap(page(0).cast(), 2 * BLOCK);
+            libc::munmap(page(3).cast(), BLOCK);
+        }
     }
 
     /// Garbage stack pointers near the top of the address space (a corrupted `sp`, a walk that ran off the

@@ -3,8 +3,8 @@
 //! Sequence (design.md §1–§2, §4): the first-chance hook ([`crate::crash::first_chance`]) sees the signal first
 //! and may declare it handled. Otherwise the first faulting thread owns the crash ([`CrashGate`]); it saves the
 //! signal and its registers from the `ucontext`, switches to the preallocated crash stack, fills the thread table
-//! from `/proc/self/task`, sends every other thread the reserved real-time stop signal with `tgkill`, and waits
-//! (bounded) until they answer; a thread that still has not answered after [`BLOCK_PROBE_NS`] and blocks the stop
+//! from `/proc/self/task`, sends every other thread the reserved real-time stop signal (`rt_tgsigqueueinfo`, the
+//! slot index attached), prepares the report meanwhile ([`capture::run`]), and waits (bounded) until they answer; a thread that still has not answered after [`BLOCK_PROBE_NS`] and blocks the stop
 //! signal (`SigBlk`) in two reads [`BLOCK_CONFIRM_NS`] apart is given up on; then the thread list is read once more and newcomers are stopped too.
 //! Each stopped thread's handler stores its own `ucontext` registers and name in its slot and waits on a futex
 //! (bounded) until released. The owner then walks every stack with `process_vm_readv` and writes the report
@@ -384,7 +384,7 @@ fn first_capture(a: &mut FirstArgs) {
         regs,
         ..CrashRecord::EMPTY
     };
-    capture::run(&st.core, &mut Owner { st, pid: sys::getpid() }, rec);
+    capture::run(&st.core, &mut Owner::new(st), rec);
     hooks::call(CrashEvent::BeforeReraise, tid);
     if st.prev_fatal.handler_function(sig).is_some() {
         a.chain = true;
@@ -667,11 +667,12 @@ fn expire_blockers(st: &State, first: &[u64; BLOCK_BITS / 64]) {
 /// Sends the stop signal to every pending thread from slot `from` on; marks those it could not reach.
 fn stop_pending(st: &State, pid: i32, from: usize) {
     let table = &st.core.threads;
+    let uid = sys::getuid();
     for i in from..table.len() {
         let Some(s) = table.slot(i) else { continue };
         if s.state() == PENDING {
             // The slot index travels with the signal, so the thread finds its slot without a search.
-            if let Err(e) = sys::queue_to_thread(pid, s.tid(), st.stop_signal, i) {
+            if let Err(e) = sys::queue_to_thread(pid, uid, s.tid(), st.stop_signal, i) {
                 table.fail(i, if e == libc::ESRCH { REASON_EXITED } else { REASON_SEND_FAILED });
             }
         }
@@ -689,6 +690,16 @@ fn release_threads(st: &State) {
 struct Owner {
     st: &'static State,
     pid: i32,
+    /// Whether `/proc/self/task` could be read ([`Backend::request_stop`]).
+    enumerated: bool,
+    /// Threads that did not fit the table.
+    overflow: usize,
+}
+
+impl Owner {
+    fn new(st: &'static State) -> Self {
+        Owner { st, pid: sys::getpid(), enumerated: false, overflow: 0 }
+    }
 }
 
 impl Backend for Owner {
@@ -705,7 +716,7 @@ impl Backend for Owner {
         }
     }
 
-    fn stop_threads(&mut self, table: &ThreadTable, rec: &mut CrashRecord) -> &'static [u8] {
+    fn request_stop(&mut self, table: &ThreadTable, rec: &mut CrashRecord) {
         let (st, pid, own) = (self.st, self.pid, rec.tid);
         // The crashed thread takes its place in the task's order (`/proc/self/task` lists the main thread first,
         // then the others by creation), which is Apple's thread numbering too; one slot stays reserved for it
@@ -724,7 +735,7 @@ impl Backend for Owner {
         let mut overflow = 0usize;
         // SAFETY: owner-only buffer.
         let dirents = unsafe { st.dirents.get() };
-        let enumerated = tasks::for_each_thread(dirents, &mut |t| {
+        self.enumerated = tasks::for_each_thread(dirents, &mut |t| {
             if t == own {
                 if !own_added {
                     add_own(table);
@@ -740,14 +751,22 @@ impl Backend for Owner {
         if !own_added {
             add_own(table);
         }
+        self.overflow = overflow;
         table.publish();
         hooks::call(CrashEvent::ThreadsListed, own);
         stop_pending(st, pid, 0);
+    }
+
+    fn await_stop(&mut self, table: &ThreadTable, rec: &mut CrashRecord) -> &'static [u8] {
+        let (st, pid, own) = (self.st, self.pid, rec.tid);
         wait_for_answers(st);
         hooks::call(CrashEvent::ThreadsStopped, own);
         // Threads created after the list was read (by threads not stopped yet, or not stoppable): read it once
         // more and stop the newcomers. Threads created after this second read are not in the report.
-        if enumerated {
+        let mut overflow = self.overflow;
+        if self.enumerated {
+            // SAFETY: owner-only buffer.
+            let dirents = unsafe { st.dirents.get() };
             let from = table.len();
             let _ = tasks::for_each_thread(dirents, &mut |t| {
                 if t != own && !table.contains(t) && table.add_pending(t).is_none() {
@@ -771,7 +790,7 @@ impl Backend for Owner {
             }
             sys::sleep_ns(100_000);
         }
-        if !enumerated {
+        if !self.enumerated {
             NOTE_NO_TASKS
         } else if overflow > 0 {
             NOTE_OVERFLOW
@@ -803,7 +822,7 @@ extern "C" fn minimal_main(arg: *mut c_void) {
     let st: &'static State = unsafe { &*(arg as *const State) };
     // SAFETY: the recursive owner is the only user of the record and the buffers (the outer use is abandoned).
     let rec = unsafe { st.core.record() };
-    let _ = capture::write_minimal(&st.core, &Owner { st, pid: sys::getpid() }, rec);
+    let _ = capture::write_minimal(&st.core, &Owner::new(st), rec);
     hooks::call(CrashEvent::BeforeReraise, rec.tid);
     st.prev_fatal.restore_all();
     release_threads(st);

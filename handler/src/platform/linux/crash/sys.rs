@@ -16,6 +16,12 @@ pub fn getpid() -> i32 {
     unsafe { libc::syscall(libc::SYS_getpid) as i32 }
 }
 
+/// The real user id (`getuid(2)`; async-signal-safe, cannot fail).
+pub fn getuid() -> u32 {
+    // SAFETY: getuid takes no arguments and cannot fail.
+    unsafe { libc::getuid() }
+}
+
 /// Parent process id.
 pub fn getppid() -> i32 {
     // SAFETY: `getppid` takes no arguments and cannot fail.
@@ -49,20 +55,10 @@ struct QueuedInfo {
 }
 
 /// Sends `sig` to thread `tid` of our own process `pid` with `value` attached (`rt_tgsigqueueinfo(2)`,
-/// `si_code = SI_QUEUE`; the handler reads it as `si_value`); where that call is missing (`ENOSYS`: old kernels,
+/// `si_code = SI_QUEUE`, `si_uid = uid`; the handler reads `value` as `si_value`); where that call is missing (`ENOSYS`: old kernels,
 /// some emulators) it is a plain [`tgkill`], without the value. `Err(errno)` on failure.
-pub fn queue_to_thread(pid: i32, tid: u64, sig: i32, value: usize) -> Result<(), i32> {
-    let info = QueuedInfo {
-        signo: sig,
-        errno: 0,
-        code: libc::SI_QUEUE,
-        _pad: 0,
-        pid,
-        // SAFETY: getuid takes no arguments and cannot fail.
-        uid: unsafe { libc::getuid() },
-        value,
-        _rest: [0; 12],
-    };
+pub fn queue_to_thread(pid: i32, uid: u32, tid: u64, sig: i32, value: usize) -> Result<(), i32> {
+    let info = QueuedInfo { signo: sig, errno: 0, code: libc::SI_QUEUE, _pad: 0, pid, uid, value, _rest: [0; 12] };
     // SAFETY: `info` is a 128-byte siginfo the kernel copies in; plain integer arguments otherwise.
     let r =
         unsafe { libc::syscall(libc::SYS_rt_tgsigqueueinfo, pid, tid as libc::pid_t, sig, core::ptr::from_ref(&info)) };
@@ -241,7 +237,7 @@ mod tests {
             libc::sigaction(sig, &act, core::ptr::null_mut());
         }
         // Signals sent to the calling thread are delivered before the sending call returns.
-        queue_to_thread(getpid(), gettid(), sig, 1234).expect("rt_tgsigqueueinfo");
+        queue_to_thread(getpid(), getuid(), gettid(), sig, 1234).expect("rt_tgsigqueueinfo");
         assert_eq!(GOT.load(Ordering::SeqCst), 1236, "value 1234 arrived");
         tgkill(getpid(), gettid(), sig).expect("tgkill");
         assert_eq!(GOT.load(Ordering::SeqCst), 1, "a tgkill signal has no value");

@@ -4,7 +4,9 @@
 use core::mem::{offset_of, size_of};
 
 use super::*;
-use crate::platform::darwin::crash::exc::{EXC_BAD_ACCESS, EXC_BREAKPOINT, EXC_SYSCALL, KERN_FAILURE, KERN_INVALID_ADDRESS};
+use crate::platform::darwin::crash::exc::{
+    EXC_BAD_ACCESS, EXC_BREAKPOINT, EXC_SYSCALL, KERN_FAILURE, KERN_INVALID_ADDRESS,
+};
 
 const S: usize = THREAD_STATE_MAX * 4; // 5184 bytes of state
 
