@@ -288,6 +288,56 @@ fn a_thread_that_blocks_the_capture_signal_times_out_and_the_next_capture_works(
     other.finish();
 }
 
+/// However often a thread that blocks the capture signal is asked, at most one capture signal is queued for it:
+/// real-time signals queue one copy per send, and copies piling up would exhaust `RLIMIT_SIGPENDING`, after which
+/// the crash path's stop signals cannot be sent. The thread counts what is queued for it with `sigtimedwait`.
+#[test]
+fn a_thread_that_blocks_the_capture_signal_gets_one_signal_queued_however_often_it_is_asked() {
+    installed();
+    let sig = libc::SIGRTMAX() - 5;
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (count_tx, count_rx) = mpsc::channel::<usize>();
+    let (end_tx, end_rx) = mpsc::channel::<()>();
+    let h = std::thread::spawn(move || {
+        // SAFETY: a zeroed sigset_t is valid; sigemptyset/sigaddset initialize it.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid sigset pointers; blocks one signal for this thread only.
+        unsafe {
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, sig);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        }
+        tid_tx.send(stacks::current_thread_id()).expect("send");
+        go_rx.recv().expect("go");
+        let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut queued = 0usize;
+        // SAFETY: valid set and timeout; a null info pointer is allowed.
+        while unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &zero) } == sig {
+            queued += 1;
+        }
+        // SAFETY: as above: unblocks it again.
+        unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
+        count_tx.send(queued).expect("send");
+        end_rx.recv().expect("end");
+    });
+    let tid = tid_rx.recv().expect("tid");
+    let mut frames = [0u64; 64];
+    for round in 0..20 {
+        let r = retry(|| stacks::thread_stack(tid, &mut frames, Duration::from_millis(20)));
+        assert_eq!(r, Err(CaptureError::Timeout), "round {round}");
+    }
+    go_tx.send(()).expect("go");
+    let queued = count_rx.recv().expect("count");
+    assert_eq!(queued, 1, "capture signals queued for a thread that blocks it");
+    // Its signal was taken by `sigtimedwait`, never by the handler: the next capture sees it is no longer pending,
+    // sends again, and the thread (no longer blocking it) answers.
+    let got = retry(|| stacks::thread_stack(tid, &mut frames, Duration::from_secs(5))).expect("once unblocked");
+    assert!(got.len > 2);
+    end_tx.send(()).expect("end");
+    h.join().expect("join");
+}
+
 #[test]
 fn threads_that_are_not_ours_are_refused() {
     installed();

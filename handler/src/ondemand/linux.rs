@@ -1,16 +1,31 @@
 //! Linux: another thread's stack, captured by the thread itself. The caller claims a walker and a request slot,
-//! and sends the thread the capture signal with `rt_tgsigqueueinfo` (`SI_QUEUE`, the slot index in `si_value`, as
-//! the crash path's stop signal does); the thread's handler takes its registers from the `ucontext` the kernel
-//! gave it, walks its own stack (plain loads inside its recorded stack, [`super::reader`]) with the request's
-//! walker, publishes the result and returns: the thread goes on at once. The caller waits on the slot's state (a
-//! futex) with a timeout and never waits longer: a thread that blocks the signal, sleeps uninterruptibly, or is
-//! stopped by a debugger makes the capture fail with [`CaptureError::Timeout`].
+//! and sends the thread the capture signal with `rt_tgsigqueueinfo` (`SI_QUEUE`, the slot index and the request's
+//! generation in `si_value`, as the crash path's stop signal does); the thread's handler takes its registers from
+//! the `ucontext` the kernel gave it, walks its own stack (plain loads inside its recorded stack, [`super::reader`])
+//! with the request's walker, publishes the result and returns: the thread goes on at once. The caller waits on the
+//! slot's state (a futex) with a timeout and never waits longer: a thread that blocks the signal, sleeps
+//! uninterruptibly, or is stopped by a debugger makes the capture fail with [`CaptureError::Timeout`].
 //!
-//! A request slot's state: `FREE` → `SETUP` (the caller fills it) → `ARMED` (signal sent) → `WALKING` (the
-//! thread took it) → `DONE` (result published) → `FREE` (the caller copied it). On timeout the caller takes an
-//! `ARMED` slot back (a signal arriving later finds nothing to do), or marks a `WALKING` slot `ABANDONED`: the
-//! thread then frees the walker and the slot itself when it finishes, so nothing it writes lands in a reused slot.
-//! The walker's claim travels with the slot (`pool::Claim::into_index`), and whoever frees the slot frees it.
+//! A request slot's state is one `u32`: a phase in the low [`PHASE_BITS`] bits and the slot's generation above
+//! them, bumped each time the slot is taken, so that a handler acting on what it saw of an earlier request of the
+//! same slot fails its compare-and-swap instead of taking the new one (the slot may have been taken back on
+//! timeout and armed for another thread meanwhile: that thread's request must not get this thread's stack). The
+//! phases: `FREE` → `SETUP` (the caller fills it) → `ARMED` (signal sent) → `WALKING` (the thread took it) → `DONE`
+//! (result published) → `FREE` (the caller copied it). On timeout the caller takes an `ARMED` slot back (a signal
+//! arriving later finds nothing to do), or marks a `WALKING` slot `ABANDONED`: the thread then frees the walker and
+//! the slot itself when it finishes, so nothing it writes lands in a reused slot. The walker's claim travels with
+//! the slot (`pool::Claim::into_index`), and whoever frees the slot frees it.
+//!
+//! **One signal in flight per thread.** A real-time signal is queued once per send, and a thread that blocks it
+//! keeps every copy: a request per stall to such a thread would pile them up until the user's queued-signal limit
+//! (`RLIMIT_SIGPENDING`) is reached, and then the crash path's own stop signals could not be sent (`EAGAIN`). So
+//! each signal sent is recorded in a small table of outstanding signals ([`OUTSTANDING`] entries: the thread id and
+//! the request's token) before it is sent, and the handler clears its entry first thing. A request for a thread
+//! with an entry sends nothing: it waits (polling, within its timeout) for the entry to go, then sends, and fails
+//! with [`CaptureError::Timeout`] if it never goes (the thread blocks the signal). An entry whose signal `/proc`
+//! says is no longer pending for that thread (`SigPnd:`; the thread exited and its id was reused, or it took the
+//! signal with `sigwait`) is stale: replaced at once. At most [`OUTSTANDING`] capture signals are ever queued in
+//! the process.
 //!
 //! The handler (`SA_SIGINFO | SA_ONSTACK | SA_RESTART`, every signal but the fatal ones blocked, as the crash
 //! handlers) follows the crash-path rules: no allocation, no lock, no panic; its walk reads only the image table
@@ -21,13 +36,18 @@ use super::current::{claim_walker, walk_live, Captured};
 use super::{state, CaptureError, State};
 use crate::crash::stack_bounds;
 use crate::crash::writer::errno as writer_errno;
-use crate::platform::linux::crash::{context, sys};
+use crate::platform::linux::crash::{context, sys, tasks};
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Captures of other threads that can be under way at once.
 pub const REQUESTS: usize = 8;
+/// Capture signals that can be in flight (sent and not yet taken by their thread) at once, one per thread at most.
+pub const OUTSTANDING: usize = 32;
 
+/// Bits of a slot's state word that hold its phase; the generation is above them.
+pub const PHASE_BITS: u32 = 4;
+const PHASE_MASK: u32 = (1 << PHASE_BITS) - 1;
 const FREE: u32 = 0;
 const SETUP: u32 = 1;
 const ARMED: u32 = 2;
@@ -35,14 +55,17 @@ const WALKING: u32 = 3;
 const DONE: u32 = 4;
 const ABANDONED: u32 = 5;
 
-/// Tag in the upper bits of the `si_value` a request is sent with (`"CAP"`), so a stray `SI_QUEUE` value of the
-/// same signal from elsewhere in the process is not taken for a slot index.
-const VALUE_TAG: usize = 0x0043_4150_0000;
-const VALUE_INDEX_MASK: usize = 0xffff;
+/// Tag in the upper bits of the `si_value` a request is sent with (`"CAP"` at bit 40), so a stray `SI_QUEUE` value
+/// of the same signal from elsewhere in the process is not taken for ours. Below it, bits 0..32 are the request's
+/// token: the slot's generation above [`PHASE_BITS`] bits of slot index.
+const VALUE_TAG: u64 = 0x0043_4150 << 40;
+const VALUE_TAG_MASK: u64 = !0xff_ffff_ffff;
+const VALUE_TOKEN_MASK: u64 = 0xffff_ffff;
 
 /// One capture request.
 #[derive(Debug)]
 struct Request {
+    /// Generation and phase (see the module docs).
     state: AtomicU32,
     /// The thread asked.
     tid: AtomicU64,
@@ -50,15 +73,141 @@ struct Request {
     walker: AtomicUsize,
 }
 
-static SLOTS: [Request; REQUESTS] =
-    [const { Request { state: AtomicU32::new(FREE), tid: AtomicU64::new(0), walker: AtomicUsize::new(0) } }; REQUESTS];
+static SLOTS: [Request; REQUESTS] = [const { Request::new() }; REQUESTS];
 
-fn encode(index: usize) -> usize {
-    VALUE_TAG | (index & VALUE_INDEX_MASK)
+/// Signals in flight: `tid << 32 | token`, 0 when free (a thread id is never 0).
+static IN_FLIGHT: [AtomicU64; OUTSTANDING] = [const { AtomicU64::new(0) }; OUTSTANDING];
+
+const fn phase(state: u32) -> u32 {
+    state & PHASE_MASK
 }
 
-fn decode(value: usize) -> Option<usize> {
-    (value & !VALUE_INDEX_MASK == VALUE_TAG).then_some(value & VALUE_INDEX_MASK)
+const fn generation(state: u32) -> u32 {
+    state >> PHASE_BITS
+}
+
+const fn word(generation: u32, phase: u32) -> u32 {
+    (generation << PHASE_BITS) | (phase & PHASE_MASK)
+}
+
+/// A request's token: the slot's generation and the slot's index.
+fn token(generation: u32, index: usize) -> u32 {
+    (generation << PHASE_BITS) | ((index as u32) & PHASE_MASK)
+}
+
+fn encode(token: u32) -> usize {
+    (VALUE_TAG | u64::from(token)) as usize
+}
+
+/// The token of a value sent by [`capture_with`]; `None` for any other value.
+fn decode(value: usize) -> Option<u32> {
+    let v = value as u64;
+    (v & VALUE_TAG_MASK == VALUE_TAG).then_some((v & VALUE_TOKEN_MASK) as u32)
+}
+
+/// Slot index and generation of a token.
+fn untoken(token: u32) -> (usize, u32) {
+    ((token & PHASE_MASK) as usize, token >> PHASE_BITS)
+}
+
+impl Request {
+    const fn new() -> Request {
+        Request { state: AtomicU32::new(FREE), tid: AtomicU64::new(0), walker: AtomicUsize::new(0) }
+    }
+
+    /// Takes the slot if it is free: its new generation (the old one plus one) in phase `SETUP`.
+    fn take_free(&self) -> Option<u32> {
+        let s = self.state.load(Ordering::Acquire);
+        if phase(s) != FREE {
+            return None;
+        }
+        let g = generation(s).wrapping_add(1) & (u32::MAX >> PHASE_BITS);
+        self.state.compare_exchange(s, word(g, SETUP), Ordering::AcqRel, Ordering::Relaxed).ok().map(|_| g)
+    }
+
+    /// Arms a slot taken by [`Request::take_free`] at generation `g` for thread `tid` with walker `walker`.
+    fn arm(&self, g: u32, tid: u64, walker: usize) {
+        self.tid.store(tid, Ordering::Release);
+        self.walker.store(walker, Ordering::Release);
+        self.state.store(word(g, ARMED), Ordering::Release);
+    }
+
+    /// The state word of this slot if it is armed for thread `me` (and, with `g`, at that generation): what the
+    /// handler then tries to take with [`Request::take`]. The state is read before the thread id, so a word seen
+    /// armed with a matching id was armed for `me` at that generation.
+    fn armed_for(&self, me: u64, g: Option<u32>) -> Option<u32> {
+        let s = self.state.load(Ordering::Acquire);
+        let ok = phase(s) == ARMED && g.is_none_or(|g| generation(s) == g) && self.tid.load(Ordering::Acquire) == me;
+        ok.then_some(s)
+    }
+
+    /// `ARMED` → `WALKING` for the word `seen` ([`Request::armed_for`]); fails when the slot changed since, even if
+    /// it was armed again (another generation).
+    fn take(&self, seen: u32) -> bool {
+        let to = word(generation(seen), WALKING);
+        self.state.compare_exchange(seen, to, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+}
+
+/// Why [`record_in_flight`] recorded nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NotRecorded {
+    /// A signal sent to that thread earlier is still pending (or another request is sending one right now).
+    Pending,
+    /// [`OUTSTANDING`] signals are in flight.
+    Full,
+}
+
+/// Records a signal about to be sent to `tid` with `token`, and returns its entry. When an entry for that thread
+/// is there already and `check` is set, `/proc` is asked whether its signal is still pending; if not, the entry is
+/// stale (the thread exited, or took the signal some other way) and replaced.
+fn record_in_flight(tid: u64, token: u32, sig: i32, check: bool) -> Result<&'static AtomicU64, NotRecorded> {
+    let mine = (tid << 32) | u64::from(token);
+    // An earlier signal to this thread: still pending, or stale.
+    for e in &IN_FLIGHT {
+        let v = e.load(Ordering::SeqCst);
+        if v != 0 && v >> 32 == tid {
+            if !check || tasks::signal_pending(tid, sig) != Some(false) {
+                return Err(NotRecorded::Pending);
+            }
+            // Taken (its handler clears the entry in a moment) or lost with an exited thread: forget it.
+            let _ = e.compare_exchange(v, 0, Ordering::SeqCst, Ordering::SeqCst);
+        }
+    }
+    let put = || IN_FLIGHT.iter().find(|e| e.compare_exchange(0, mine, Ordering::SeqCst, Ordering::SeqCst).is_ok());
+    let entry = match put() {
+        Some(e) => e,
+        None => {
+            // Full: free the entries whose signal is no longer pending (threads that exited), then try once more.
+            for e in &IN_FLIGHT {
+                let v = e.load(Ordering::SeqCst);
+                if v != 0 && tasks::signal_pending(v >> 32, sig) == Some(false) {
+                    let _ = e.compare_exchange(v, 0, Ordering::SeqCst, Ordering::SeqCst);
+                }
+            }
+            put().ok_or(NotRecorded::Full)?
+        }
+    };
+    // Two requests for the same thread at once may both have found no entry: every one that sees another entry
+    // for its thread withdraws (at least one of two sees the other: all sequentially consistent), so at most one
+    // signal is sent. Both may withdraw; each then tries again after a pause of its own length.
+    if IN_FLIGHT.iter().any(|e| !core::ptr::eq(e, entry) && e.load(Ordering::SeqCst) >> 32 == tid) {
+        let _ = entry.compare_exchange(mine, 0, Ordering::SeqCst, Ordering::SeqCst);
+        return Err(NotRecorded::Pending);
+    }
+    Ok(entry)
+}
+
+/// The handler's part: clears the entry of the signal it took (`token`; without one, a plain `tgkill`, any entry
+/// of this thread).
+fn clear_in_flight(tid: u64, token: Option<u32>) {
+    for e in &IN_FLIGHT {
+        let v = e.load(Ordering::SeqCst);
+        if v != 0 && v >> 32 == tid && token.is_none_or(|t| v & VALUE_TOKEN_MASK == u64::from(t)) {
+            let _ = e.compare_exchange(v, 0, Ordering::SeqCst, Ordering::SeqCst);
+            return;
+        }
+    }
 }
 
 /// The handler of the capture signal (installed by `platform::linux::ondemand`).
@@ -86,16 +235,19 @@ fn set_errno(e: i32) {
 unsafe fn answer(st: &'static State, info: *mut libc::siginfo_t, uc: *mut c_void) {
     let tid = sys::gettid();
     // SAFETY: `info` is the kernel's siginfo for this signal (or null).
-    let hint = unsafe { sys::queued_value(info) }.and_then(decode);
-    // The slot the value names, if it is for this thread; else (a plain `tgkill` where `rt_tgsigqueueinfo` is
-    // missing) the first armed request for this thread.
-    let mine = |r: &&Request| r.tid.load(Ordering::Acquire) == tid && r.state.load(Ordering::Acquire) == ARMED;
-    let Some(req) = hint.and_then(|i| SLOTS.get(i)).filter(mine).or_else(|| SLOTS.iter().find(mine)) else {
-        return;
-    };
-    if req.state.compare_exchange(ARMED, WALKING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+    let token = unsafe { sys::queued_value(info) }.and_then(decode);
+    // This signal is no longer in flight: cleared before the slots are looked at.
+    clear_in_flight(tid, token);
+    // The slot the token names, if it is still that request and for this thread; else (a plain `tgkill` where
+    // `rt_tgsigqueueinfo` is missing, or a signal whose request was taken back) any request armed for this thread.
+    let named = token.map(untoken).and_then(|(i, g)| Some((SLOTS.get(i)?, g)));
+    let taken = named
+        .and_then(|(r, g)| r.armed_for(tid, Some(g)).filter(|&s| r.take(s)).map(|s| (r, s)))
+        .or_else(|| SLOTS.iter().find_map(|r| r.armed_for(tid, None).filter(|&s| r.take(s)).map(|s| (r, s))));
+    let Some((req, seen)) = taken else {
         return; // taken back by its caller (timeout) meanwhile
-    }
+    };
+    let g = generation(seen);
     let index = req.walker.load(Ordering::Acquire);
     // SAFETY: the request holds this walker's claim, and `WALKING` gives its use to this thread until it publishes
     // `DONE` (or frees it after `ABANDONED`).
@@ -123,14 +275,14 @@ unsafe fn answer(st: &'static State, info: *mut libc::siginfo_t, uc: *mut c_void
         // The claim goes back to the request (its caller frees it).
         let _ = claim.into_index();
     }
-    if req.state.compare_exchange(WALKING, DONE, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+    if req.state.compare_exchange(word(g, WALKING), word(g, DONE), Ordering::AcqRel, Ordering::Acquire).is_ok() {
         sys::futex_wake(&req.state, 1);
         return;
     }
     // Abandoned by its caller (timeout): free the walker and the slot here.
     // SAFETY: `ABANDONED` hands the request's claim to this thread; nobody else uses it any more.
     drop(unsafe { st.pool.reclaim(index) });
-    req.state.store(FREE, Ordering::Release);
+    req.state.store(word(g, FREE), Ordering::Release);
 }
 
 /// What [`walk_trampoline`] walks with.
@@ -159,8 +311,9 @@ extern "C" fn walk_trampoline(arg: *mut c_void) {
 /// # Errors
 /// [`CaptureError::NotInstalled`], [`CaptureError::Busy`] (every walker or request slot taken),
 /// [`CaptureError::NoSuchThread`] (`ESRCH`: not a thread of this process, or it exited),
-/// [`CaptureError::Os`] (the signal could not be sent), [`CaptureError::Timeout`],
-/// [`CaptureError::NoRegisters`].
+/// [`CaptureError::Os`] (the signal could not be sent), [`CaptureError::Timeout`] (also when a capture signal
+/// sent to that thread earlier stayed pending the whole time: nothing is sent again, see the module docs; and
+/// [`CaptureError::Busy`] when [`OUTSTANDING`] signals are pending), [`CaptureError::NoRegisters`].
 pub fn thread_stack(tid: u64, out: &mut [u64], timeout_ns: u64) -> Result<Captured, CaptureError> {
     capture_with(tid, timeout_ns, |w| {
         let Some(o) = w.outcome.filter(|o| o.frames > 0) else { return Err(CaptureError::NoRegisters) };
@@ -181,48 +334,80 @@ pub fn capture_with<R>(
 ) -> Result<R, CaptureError> {
     let st = state().ok_or(CaptureError::NotInstalled)?;
     let claim = claim_walker(st)?;
-    let Some(req) =
-        SLOTS.iter().find(|r| r.state.compare_exchange(FREE, SETUP, Ordering::AcqRel, Ordering::Relaxed).is_ok())
-    else {
+    let Some((index, req, g)) = SLOTS.iter().enumerate().find_map(|(i, r)| r.take_free().map(|g| (i, r, g))) else {
         return Err(CaptureError::Busy);
     };
-    let index = SLOTS.iter().position(|r| core::ptr::eq(r, req)).unwrap_or(0);
     let walker = claim.into_index();
-    req.tid.store(tid, Ordering::Release);
-    req.walker.store(walker, Ordering::Release);
-    req.state.store(ARMED, Ordering::Release);
+    req.arm(g, tid, walker);
     // Frees the walker and the slot; for a slot taken back (`SETUP`).
     let free = |req: &Request| {
         // SAFETY: the slot is `SETUP` again, taken back from `ARMED` by this caller: the request's claim is ours.
         drop(unsafe { st.pool.reclaim(walker) });
-        req.state.store(FREE, Ordering::Release);
+        req.state.store(word(g, FREE), Ordering::Release);
     };
-    if let Err(e) = sys::queue_to_thread(sys::getpid(), sys::getuid(), tid, st.signal, encode(index)) {
-        if req.state.compare_exchange(ARMED, SETUP, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            free(req);
-            return Err(if e == libc::ESRCH { CaptureError::NoSuchThread } else { CaptureError::Os(e) });
-        }
-        // Not ours any more: a stale signal of an earlier request for the same thread took it; wait as usual.
-    }
+    let take_back = |req: &Request| {
+        req.state.compare_exchange(word(g, ARMED), word(g, SETUP), Ordering::AcqRel, Ordering::Acquire).is_ok()
+    };
     let deadline = sys::monotonic_ns().saturating_add(timeout_ns);
+    let tok = token(g, index);
+    // One signal in flight per thread (module docs): while an earlier one is pending, wait for its handler to run
+    // (it clears the entry, microseconds for a thread that does not block the signal) instead of sending another.
+    let mut check = true;
+    let sent = loop {
+        if req.state.load(Ordering::Acquire) != word(g, ARMED) {
+            break Ok(()); // the handler of an earlier signal to this thread took this request
+        }
+        match record_in_flight(tid, tok, st.signal, check) {
+            Ok(entry) => {
+                break sys::queue_to_thread(sys::getpid(), sys::getuid(), tid, st.signal, encode(tok)).map_err(|e| {
+                    let _ = entry.compare_exchange((tid << 32) | u64::from(tok), 0, Ordering::SeqCst, Ordering::SeqCst);
+                    if e == libc::ESRCH {
+                        CaptureError::NoSuchThread
+                    } else {
+                        CaptureError::Os(e)
+                    }
+                })
+            }
+            Err(NotRecorded::Full) => break Err(CaptureError::Busy),
+            Err(NotRecorded::Pending) => {
+                check = false;
+                if sys::monotonic_ns() >= deadline {
+                    break Err(CaptureError::Timeout);
+                }
+                // A pause of this request's own length (slot index), so two withdrawn requests do not meet again.
+                sys::sleep_ns(50_000u64.saturating_mul((index as u64).saturating_add(1)));
+            }
+        }
+    };
+    if let Err(e) = sent {
+        if take_back(req) {
+            free(req);
+            return Err(e);
+        }
+        // Not ours any more: an earlier signal to the same thread took it; wait as usual.
+    }
     loop {
         let s = req.state.load(Ordering::Acquire);
-        if s == DONE {
+        if s == word(g, DONE) {
             // SAFETY: `DONE` hands the request's claim back to the caller; the thread no longer touches the walker.
             let result = match unsafe { st.pool.reclaim(walker) } {
                 Some(mut c) => take(c.walker()), // the claim is dropped here: the walker is free again
                 None => Err(CaptureError::NoRegisters),
             };
-            req.state.store(FREE, Ordering::Release);
+            req.state.store(word(g, FREE), Ordering::Release);
             return result;
         }
         let now = sys::monotonic_ns();
         if now >= deadline {
-            if req.state.compare_exchange(ARMED, SETUP, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            if take_back(req) {
                 free(req);
                 return Err(CaptureError::Timeout);
             }
-            if req.state.compare_exchange(WALKING, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            if req
+                .state
+                .compare_exchange(word(g, WALKING), word(g, ABANDONED), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
                 return Err(CaptureError::Timeout);
             }
             continue; // it just became DONE
@@ -236,9 +421,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn values_carry_a_tagged_index() {
-        assert_eq!(decode(encode(3)), Some(3));
+    fn values_carry_a_tagged_token() {
+        let t = token(0x0abc_def1, 3);
+        assert_eq!(untoken(t), (3, 0x0abc_def1));
+        assert_eq!(decode(encode(t)), Some(t));
         assert_eq!(decode(3), None, "an untagged value is not ours");
-        assert_eq!(decode(VALUE_TAG | 0x1_0000), None);
+        assert_eq!(decode(encode(t) ^ (1 << 50)), None, "nor one with another tag");
+    }
+
+    /// The slot-reuse race: the handler of thread T sees a slot armed for it, then (before its compare-and-swap)
+    /// the caller times out, takes the slot back and the slot is armed again, for thread U. T must not take U's
+    /// request (its stack would be published as U's). Driven here step by step with the handler's own two steps
+    /// (`armed_for`, then `take`); with a bare phase (no generation) the final compare-and-swap would succeed.
+    #[test]
+    fn a_handler_never_takes_a_slot_armed_again_for_another_thread() {
+        let (t, u) = (1001u64, 1002u64);
+        let r = Request::new();
+        let g1 = r.take_free().expect("free");
+        r.arm(g1, t, 0);
+        let seen = r.armed_for(t, Some(g1)).expect("armed for T");
+        // The caller times out: ARMED -> SETUP -> FREE; another caller arms it for U.
+        assert!(r
+            .state
+            .compare_exchange(word(g1, ARMED), word(g1, SETUP), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok());
+        r.state.store(word(g1, FREE), Ordering::Release);
+        let g2 = r.take_free().expect("free again");
+        assert_ne!(g1, g2);
+        r.arm(g2, u, 1);
+        assert!(!r.take(seen), "T took the request armed for U");
+        assert_eq!(r.state.load(Ordering::Acquire), word(g2, ARMED), "U's request untouched");
+        // T's stale token names the old generation; a scan finds nothing for T either.
+        assert_eq!(r.armed_for(t, Some(g1)), None);
+        assert_eq!(r.armed_for(t, None), None);
+        // U takes its own.
+        let s = r.armed_for(u, Some(g2)).expect("armed for U");
+        assert!(r.take(s));
+        assert_eq!(r.state.load(Ordering::Acquire), word(g2, WALKING));
+    }
+
+    #[test]
+    fn generations_wrap_within_their_bits() {
+        let r = Request::new();
+        r.state.store(word(u32::MAX >> PHASE_BITS, FREE), Ordering::Relaxed);
+        assert_eq!(r.take_free(), Some(0));
+        assert_eq!(phase(r.state.load(Ordering::Relaxed)), SETUP);
+        assert_eq!(r.take_free(), None, "taken");
     }
 }
