@@ -1,10 +1,13 @@
-//! Linux: another thread's stack, captured by the thread itself. The caller claims a walker and a request slot,
-//! and sends the thread the capture signal with `rt_tgsigqueueinfo` (`SI_QUEUE`, the slot index and the request's
-//! generation in `si_value`, as the crash path's stop signal does); the thread's handler takes its registers from
-//! the `ucontext` the kernel gave it, walks its own stack (plain loads inside its recorded stack, [`super::reader`])
-//! with the request's walker, publishes the result and returns: the thread goes on at once. The caller waits on the
-//! slot's state (a futex) with a timeout and never waits longer: a thread that blocks the signal, sleeps
-//! uninterruptibly, or is stopped by a debugger makes the capture fail with [`CaptureError::Timeout`].
+//! Linux: another thread's stack, captured by the thread itself. The caller claims a request slot and sends the
+//! thread the capture signal with `rt_tgsigqueueinfo` (`SI_QUEUE`, the slot index and the request's generation in
+//! `si_value`, as the crash path's stop signal does); the thread's handler claims a walker, takes its registers
+//! from the `ucontext` the kernel gave it, walks its own stack (plain loads inside its recorded stack,
+//! [`super::reader`]), hands the walker with the result to the request and returns: the thread goes on at once.
+//! The caller waits on the slot's state (a futex) with a timeout and never waits longer: a thread that blocks the
+//! signal, sleeps uninterruptibly, or is stopped by a debugger makes the capture fail with
+//! [`CaptureError::Timeout`]. The caller holds no walker while it waits, so a thread that does not answer costs
+//! a slot and the wait (200 ms per thread in a non-fatal report), never the walker other captures need: one
+//! walker (the default `Config::capture_walkers`) serves every capture, each holding it for one walk.
 //!
 //! A request slot's state is one `u32`: a phase in the low [`PHASE_BITS`] bits and the slot's generation above
 //! them, bumped each time the slot is taken, so that a handler acting on what it saw of an earlier request of the
@@ -12,9 +15,10 @@
 //! timeout and armed for another thread meanwhile: that thread's request must not get this thread's stack). The
 //! phases: `FREE` → `SETUP` (the caller fills it) → `ARMED` (signal sent) → `WALKING` (the thread took it) → `DONE`
 //! (result published) → `FREE` (the caller copied it). On timeout the caller takes an `ARMED` slot back (a signal
-//! arriving later finds nothing to do), or marks a `WALKING` slot `ABANDONED`: the thread then frees the walker and
-//! the slot itself when it finishes, so nothing it writes lands in a reused slot. The walker's claim travels with
-//! the slot (`pool::Claim::into_index`), and whoever frees the slot frees it.
+//! arriving later finds nothing to do), or marks a `WALKING` slot `ABANDONED`: the thread then frees its walker
+//! and the slot itself when it finishes, so nothing it writes lands in a reused slot. The walker's claim travels
+//! from the thread to the caller through the slot (`pool::Claim::into_index`), and whoever frees the slot frees
+//! it.
 //!
 //! **One signal in flight per thread.** A real-time signal is queued once per send, and a thread that blocks it
 //! keeps every copy: a request per stall to such a thread would pile them up until the user's queued-signal limit
@@ -29,7 +33,7 @@
 //!
 //! The handler (`SA_SIGINFO | SA_ONSTACK | SA_RESTART`, every signal but the fatal ones blocked, as the crash
 //! handlers) follows the crash-path rules: no allocation, no lock, no panic; its walk reads only the image table
-//! (counted read), the walker the request holds, and memory through the fault-proof reader or its own live stack.
+//! (counted read), the walker it claimed, and memory through the fault-proof reader or its own live stack.
 #![allow(unsafe_code)]
 
 use super::current::{claim_walker, walk_live, Captured};
@@ -69,11 +73,14 @@ struct Request {
     state: AtomicU32,
     /// The thread asked.
     tid: AtomicU64,
-    /// The walker the request holds (`pool::Claim::into_index`).
+    /// The walker of the finished walk (`pool::Claim::into_index`, claimed by the handler), or [`NO_WALKER`].
     walker: AtomicUsize,
 }
 
 static SLOTS: [Request; REQUESTS] = [const { Request::new() }; REQUESTS];
+
+/// [`Request::walker`] when the handler found no free walker.
+const NO_WALKER: usize = usize::MAX;
 
 /// Signals in flight: `tid << 32 | token`, 0 when free (a thread id is never 0).
 static IN_FLIGHT: [AtomicU64; OUTSTANDING] = [const { AtomicU64::new(0) }; OUTSTANDING];
@@ -112,7 +119,7 @@ fn untoken(token: u32) -> (usize, u32) {
 
 impl Request {
     const fn new() -> Request {
-        Request { state: AtomicU32::new(FREE), tid: AtomicU64::new(0), walker: AtomicUsize::new(0) }
+        Request { state: AtomicU32::new(FREE), tid: AtomicU64::new(0), walker: AtomicUsize::new(NO_WALKER) }
     }
 
     /// Takes the slot if it is free: its new generation (the old one plus one) in phase `SETUP`.
@@ -125,10 +132,10 @@ impl Request {
         self.state.compare_exchange(s, word(g, SETUP), Ordering::AcqRel, Ordering::Relaxed).ok().map(|_| g)
     }
 
-    /// Arms a slot taken by [`Request::take_free`] at generation `g` for thread `tid` with walker `walker`.
-    fn arm(&self, g: u32, tid: u64, walker: usize) {
+    /// Arms a slot taken by [`Request::take_free`] at generation `g` for thread `tid`.
+    fn arm(&self, g: u32, tid: u64) {
         self.tid.store(tid, Ordering::Release);
-        self.walker.store(walker, Ordering::Release);
+        self.walker.store(NO_WALKER, Ordering::Release);
         self.state.store(word(g, ARMED), Ordering::Release);
     }
 
@@ -248,40 +255,46 @@ unsafe fn answer(st: &'static State, info: *mut libc::siginfo_t, uc: *mut c_void
         return; // taken back by its caller (timeout) meanwhile
     };
     let g = generation(seen);
-    let index = req.walker.load(Ordering::Acquire);
-    // SAFETY: the request holds this walker's claim, and `WALKING` gives its use to this thread until it publishes
-    // `DONE` (or frees it after `ABANDONED`).
-    if let Some(mut claim) = unsafe { st.pool.reclaim(index) } {
-        // SAFETY: `uc` is the kernel's ucontext for this signal (or null).
-        let regs = unsafe { context::registers(uc) };
-        let bounds = stack_bounds::stack_bounds(tid).map(|b| (b.lo, b.hi));
-        let w = claim.walker();
-        let top = w.stack_top;
-        let mut args = WalkArgs { st, w, regs, bounds };
-        if top != 0 {
-            // The walk runs on the walker's own stack: the signal may have arrived on a small alternate stack.
-            // SAFETY: `top` is the 16-aligned top of the walker's mapped stack, used by nobody else while this
-            // thread holds the walker (the request's claim); `args` outlives the call.
-            unsafe {
-                crate::platform::linux::crash::stack_switch::run_on_stack(
-                    top,
-                    walk_trampoline,
-                    core::ptr::from_mut(&mut args).cast(),
-                )
-            };
-        } else {
-            walk_trampoline(core::ptr::from_mut(&mut args).cast());
+    // The walker is claimed here, for the walk alone: the caller holds none while it waits (a thread that does
+    // not answer costs its caller a request slot and time, never a walker). Bounded wait (`claim_walker`: 10 ms
+    // at most, `sched_yield` and `nanosleep`); none free: the caller gets `Busy`.
+    let index = match claim_walker(st) {
+        Ok(mut claim) => {
+            // SAFETY: `uc` is the kernel's ucontext for this signal (or null).
+            let regs = unsafe { context::registers(uc) };
+            let bounds = stack_bounds::stack_bounds(tid).map(|b| (b.lo, b.hi));
+            let w = claim.walker();
+            let top = w.stack_top;
+            let mut args = WalkArgs { st, w, regs, bounds };
+            if top != 0 {
+                // The walk runs on the walker's own stack: the signal may have arrived on a small alternate stack.
+                // SAFETY: `top` is the 16-aligned top of the walker's mapped stack, used by nobody else while this
+                // thread holds the walker (its claim); `args` outlives the call.
+                unsafe {
+                    crate::platform::linux::crash::stack_switch::run_on_stack(
+                        top,
+                        walk_trampoline,
+                        core::ptr::from_mut(&mut args).cast(),
+                    )
+                };
+            } else {
+                walk_trampoline(core::ptr::from_mut(&mut args).cast());
+            }
+            // The claim goes to the request (its caller frees it).
+            claim.into_index()
         }
-        // The claim goes back to the request (its caller frees it).
-        let _ = claim.into_index();
-    }
+        Err(_) => NO_WALKER,
+    };
+    req.walker.store(index, Ordering::Release);
     if req.state.compare_exchange(word(g, WALKING), word(g, DONE), Ordering::AcqRel, Ordering::Acquire).is_ok() {
         sys::futex_wake(&req.state, 1);
         return;
     }
     // Abandoned by its caller (timeout): free the walker and the slot here.
-    // SAFETY: `ABANDONED` hands the request's claim to this thread; nobody else uses it any more.
-    drop(unsafe { st.pool.reclaim(index) });
+    if index != NO_WALKER {
+        // SAFETY: `ABANDONED` leaves the request's claim with this thread; nobody else uses it.
+        drop(unsafe { st.pool.reclaim(index) });
+    }
     req.state.store(word(g, FREE), Ordering::Release);
 }
 
@@ -333,20 +346,21 @@ pub fn capture_with<R>(
     take: impl FnOnce(&super::pool::Walker) -> Result<R, CaptureError>,
 ) -> Result<R, CaptureError> {
     let st = state().ok_or(CaptureError::NotInstalled)?;
-    let claim = claim_walker(st)?;
+    if st.pool.is_empty() {
+        return Err(CaptureError::NotInstalled);
+    }
     let Some((index, req, g)) = SLOTS.iter().enumerate().find_map(|(i, r)| r.take_free().map(|g| (i, r, g))) else {
         return Err(CaptureError::Busy);
     };
-    let walker = claim.into_index();
-    req.arm(g, tid, walker);
-    // Frees the walker and the slot; for a slot taken back (`SETUP`).
-    let free = |req: &Request| {
-        // SAFETY: the slot is `SETUP` again, taken back from `ARMED` by this caller: the request's claim is ours.
-        drop(unsafe { st.pool.reclaim(walker) });
-        req.state.store(word(g, FREE), Ordering::Release);
-    };
+    req.arm(g, tid);
+    // Takes an `ARMED` slot back (the thread did not take it) and frees it.
     let take_back = |req: &Request| {
-        req.state.compare_exchange(word(g, ARMED), word(g, SETUP), Ordering::AcqRel, Ordering::Acquire).is_ok()
+        let back =
+            req.state.compare_exchange(word(g, ARMED), word(g, SETUP), Ordering::AcqRel, Ordering::Acquire).is_ok();
+        if back {
+            req.state.store(word(g, FREE), Ordering::Release);
+        }
+        back
     };
     let deadline = sys::monotonic_ns().saturating_add(timeout_ns);
     let tok = token(g, index);
@@ -381,7 +395,6 @@ pub fn capture_with<R>(
     };
     if let Err(e) = sent {
         if take_back(req) {
-            free(req);
             return Err(e);
         }
         // Not ours any more: an earlier signal to the same thread took it; wait as usual.
@@ -389,10 +402,16 @@ pub fn capture_with<R>(
     loop {
         let s = req.state.load(Ordering::Acquire);
         if s == word(g, DONE) {
-            // SAFETY: `DONE` hands the request's claim back to the caller; the thread no longer touches the walker.
-            let result = match unsafe { st.pool.reclaim(walker) } {
-                Some(mut c) => take(c.walker()), // the claim is dropped here: the walker is free again
-                None => Err(CaptureError::NoRegisters),
+            let walker = req.walker.load(Ordering::Acquire);
+            let result = if walker == NO_WALKER {
+                Err(CaptureError::Busy) // the thread found every walker in use
+            } else {
+                // SAFETY: `DONE` hands the claim the thread put in the request to the caller; the thread no longer
+                // touches the walker.
+                match unsafe { st.pool.reclaim(walker) } {
+                    Some(mut c) => take(c.walker()), // the claim is dropped here: the walker is free again
+                    None => Err(CaptureError::NoRegisters),
+                }
             };
             req.state.store(word(g, FREE), Ordering::Release);
             return result;
@@ -400,7 +419,6 @@ pub fn capture_with<R>(
         let now = sys::monotonic_ns();
         if now >= deadline {
             if take_back(req) {
-                free(req);
                 return Err(CaptureError::Timeout);
             }
             if req
@@ -438,7 +456,7 @@ mod tests {
         let (t, u) = (1001u64, 1002u64);
         let r = Request::new();
         let g1 = r.take_free().expect("free");
-        r.arm(g1, t, 0);
+        r.arm(g1, t);
         let seen = r.armed_for(t, Some(g1)).expect("armed for T");
         // The caller times out: ARMED -> SETUP -> FREE; another caller arms it for U.
         assert!(r
@@ -448,7 +466,7 @@ mod tests {
         r.state.store(word(g1, FREE), Ordering::Release);
         let g2 = r.take_free().expect("free again");
         assert_ne!(g1, g2);
-        r.arm(g2, u, 1);
+        r.arm(g2, u);
         assert!(!r.take(seen), "T took the request armed for U");
         assert_eq!(r.state.load(Ordering::Acquire), word(g2, ARMED), "U's request untouched");
         // T's stale token names the old generation; a scan finds nothing for T either.

@@ -1,0 +1,90 @@
+//! Stacks on demand and non-fatal reports over the handler's life, with the default configuration (one capture
+//! walker), in one test because the steps share the one install of this process and end with `uninstall`:
+//! a capture waiting for a thread that does not answer leaves the walker to other captures; a non-fatal report
+//! under `EMFILE` fails without taking the crash path's spare descriptors; uninstall with a capture signal still
+//! queued does not kill the process, and stops the hang watchdog.
+#![cfg(target_os = "linux")]
+#![allow(unsafe_code)]
+
+use handler::stacks::{self, CaptureError};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A thread that blocks the capture signal until told, then unblocks it (a queued capture signal is then
+/// delivered to it) and waits to be told to end.
+struct Blocker {
+    tid: u64,
+    unblock: mpsc::Sender<()>,
+    unblocked: mpsc::Receiver<()>,
+    end: mpsc::Sender<()>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+fn start_blocker() -> Blocker {
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let (unblock_tx, unblock_rx) = mpsc::channel::<()>();
+    let (unblocked_tx, unblocked_rx) = mpsc::channel::<()>();
+    let (end_tx, end_rx) = mpsc::channel::<()>();
+    let handle = std::thread::spawn(move || {
+        // SAFETY: a zeroed sigset_t is valid; sigemptyset/sigaddset initialize it.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid sigset pointers; blocks one signal for this thread only.
+        unsafe {
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGRTMAX() - 5);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        }
+        tid_tx.send(stacks::current_thread_id()).expect("send");
+        if unblock_rx.recv().is_ok() {
+            // SAFETY: as above: unblocks it; a queued capture signal is delivered now.
+            unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
+            let _ = unblocked_tx.send(());
+        }
+        let _ = end_rx.recv();
+    });
+    let tid = tid_rx.recv().expect("tid");
+    Blocker { tid, unblock: unblock_tx, unblocked: unblocked_rx, end: end_tx, handle }
+}
+
+/// Open descriptors that are `/dev/null` (the crash path's spares are `/dev/null` opened read-only).
+fn dev_null_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("fds")
+        .flatten()
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|p| p == std::path::Path::new("/dev/null")))
+        .count()
+}
+
+#[test]
+fn one_walker_emfile_and_uninstall() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = handler::Config::new(dir.path());
+    assert_eq!(config.capture_walkers, 1, "this test is about the default");
+    handler::install(&config).expect("install");
+
+    // 1. A capture waiting for a thread that does not answer holds no walker: the one walker stays usable.
+    let blocked = start_blocker();
+    let tid = blocked.tid;
+    let waiting = std::thread::spawn(move || {
+        let mut frames = [0u64; 16];
+        stacks::thread_stack(tid, &mut frames, Duration::from_millis(600))
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let mut frames = [0u64; 64];
+    let t0 = Instant::now();
+    let mut captures = 0;
+    while t0.elapsed() < Duration::from_millis(300) {
+        let got = stacks::current_stack(&mut frames);
+        assert!(got.is_ok(), "current_stack while another capture waits: {got:?}");
+        captures += 1;
+    }
+    assert!(captures > 0);
+    assert_eq!(waiting.join().expect("join"), Err(CaptureError::Timeout));
+
+    // (The blocked thread keeps one capture signal queued for step 3.)
+    blocked.unblock.send(()).ok();
+    drop(blocked.unblocked);
+    blocked.end.send(()).ok();
+    blocked.handle.join().expect("join");
+    handler::uninstall().expect("uninstall");
+}
