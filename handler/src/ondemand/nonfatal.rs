@@ -153,7 +153,9 @@ fn write_with(st: &State, bufs: &mut Buffers, req: &Request<'_>) -> Result<[u8; 
     let focus = tids.iter().position(|t| *t == req.focus_tid).and_then(|i| u32::try_from(i).ok());
     let id = report_id(req.focus_tid);
     let names = ReportNames::new(&id);
-    let fd = writer::create_temp(st.dir_fd, &names).map_err(NonFatalError::Io)?;
+    // Without the crash path's spare descriptors: out of descriptors, a non-fatal report fails (EMFILE) and the
+    // spares stay for a crash.
+    let fd = writer::create_temp_no_spares(st.dir_fd, &names).map_err(NonFatalError::Io)?;
     let images = st.images.read();
     let text = st.text;
     let meta = Meta {
@@ -332,7 +334,8 @@ fn list_threads(dirents: &mut [u8], tids: &mut [u64]) -> (usize, bool) {
     };
     #[cfg(target_os = "linux")]
     {
-        let _ = crate::platform::linux::crash::tasks::for_each_thread(dirents, &mut add);
+        // Not the crash path's spare descriptors (see `write_with`).
+        let _ = crate::platform::linux::crash::tasks::for_each_thread_no_spares(dirents, &mut add);
     }
     #[cfg(target_vendor = "apple")]
     {

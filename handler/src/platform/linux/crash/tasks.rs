@@ -37,10 +37,33 @@ pub fn parse_dirents(buf: &[u8], f: &mut dyn FnMut(u64)) {
 /// KiB reads 500+ entries per call). Returns `Err(errno)` when `/proc/self/task` cannot be read.
 pub fn for_each_thread(buf: &mut [u8], f: &mut dyn FnMut(u64)) -> Result<(), i32> {
     // Out of descriptors (EMFILE), a spare reserved at install is freed and the open retried.
-    let fd = crate::crash::writer::open_with_spares(|| {
-        // SAFETY: the path is a NUL-terminated literal.
-        unsafe { libc::open(c"/proc/self/task".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) }
-    })?;
+    let fd = crate::crash::writer::open_with_spares(open_task_dir)?;
+    list_task_dir(fd, buf, f);
+    Ok(())
+}
+
+/// [`for_each_thread`] without the crash path's spare descriptors (out of descriptors it fails with `EMFILE`):
+/// for listings outside the crash path (non-fatal reports), which must leave the spares to a crash.
+///
+/// # Errors
+/// The `errno` of `open`.
+pub fn for_each_thread_no_spares(buf: &mut [u8], f: &mut dyn FnMut(u64)) -> Result<(), i32> {
+    let fd = open_task_dir();
+    if fd < 0 {
+        return Err(crate::crash::writer::errno());
+    }
+    list_task_dir(fd, buf, f);
+    Ok(())
+}
+
+/// `open` of `/proc/self/task`: the descriptor, or -1 with `errno`.
+fn open_task_dir() -> i32 {
+    // SAFETY: the path is a NUL-terminated literal.
+    unsafe { libc::open(c"/proc/self/task".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) }
+}
+
+/// Reads the directory `fd` (`/proc/self/task`) into `buf` and calls `f` per thread, then closes `fd`.
+fn list_task_dir(fd: i32, buf: &mut [u8], f: &mut dyn FnMut(u64)) {
     // Bounded: a directory of at most a few thousand entries ends in a few calls; the cap guards a broken procfs.
     for _ in 0..4096 {
         // SAFETY: `buf` is valid for writes of its length; `fd` is the directory we opened.
@@ -50,9 +73,8 @@ pub fn for_each_thread(buf: &mut [u8], f: &mut dyn FnMut(u64)) -> Result<(), i32
         }
         parse_dirents(buf.get(..n as usize).unwrap_or(&[]), f);
     }
-    // SAFETY: closing the descriptor opened above.
+    // SAFETY: closing the descriptor the caller opened and handed over.
     unsafe { libc::close(fd) };
-    Ok(())
 }
 
 /// Bytes of `/proc/self/task/<tid>/status` read: `SigBlk:` is about 1 KiB into the file (line 35 of about 55
