@@ -46,6 +46,34 @@ pub fn prepare() -> Result<(), NonFatalError> {
     Ok(())
 }
 
+/// How long [`while_no_report_is_written`] waits for a non-fatal report under way (its captures take 2 s at most,
+/// then the file is written and `fsync`ed).
+const QUIESCE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Uninstall: runs `f` (which closes the report directory) once no non-fatal report is being written, holding the
+/// writer's flag meanwhile; call it after the on-demand state was unpublished (a writer that takes the flag later
+/// finds no state). Waits for a report under way (polling every millisecond, at most [`QUIESCE_WAIT`]); when it
+/// does not finish in time, `f` is not run and this returns `false`: the caller then leaves the descriptor open
+/// (leaked) rather than close it under the writer, whose next call could reach another file that reused the
+/// number.
+pub(crate) fn while_no_report_is_written(f: impl FnOnce()) -> bool {
+    let Some(p) = nonfatal::prepared() else {
+        f();
+        return true;
+    };
+    let until = std::time::Instant::now() + QUIESCE_WAIT;
+    loop {
+        if let Some(_held) = p.try_hold() {
+            f();
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// A report's id, as its file is named (`<32 hex digits>.crashreport`) and as the viewer prints it (Incident
 /// Identifier, the dashed uppercase UUID).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -81,10 +81,55 @@ fn one_walker_emfile_and_uninstall() {
     assert!(captures > 0);
     assert_eq!(waiting.join().expect("join"), Err(CaptureError::Timeout));
 
-    // (The blocked thread keeps one capture signal queued for step 3.)
-    blocked.unblock.send(()).ok();
-    drop(blocked.unblocked);
-    blocked.end.send(()).ok();
+    blocked.unblock.send(()).expect("unblock");
+    blocked.unblocked.recv().expect("unblocked");
+    blocked.end.send(()).expect("end");
     blocked.handle.join().expect("join");
+
+    // 2. Out of descriptors, a non-fatal report fails with EMFILE and leaves the crash path's spares alone.
+    handler::nonfatal::report(None).expect("a report with descriptors to spare");
+    let spares = dev_null_fds();
+    assert!(spares >= 3, "install reserves three spare descriptors ({spares} /dev/null open)");
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: valid out pointer.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    let low = libc::rlimit { rlim_cur: lim.rlim_cur.min(256), rlim_max: lim.rlim_max };
+    // SAFETY: valid in pointer; lowers this process's soft limit only.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) }, 0);
+    let mut hog = Vec::new();
+    let filled = loop {
+        match std::fs::File::open("/dev/zero") {
+            Ok(f) => hog.push(f),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(filled.raw_os_error(), Some(libc::EMFILE));
+    let r = handler::nonfatal::report(None);
+    drop(hog);
+    // SAFETY: valid in pointer; restores the limit read above.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
+    assert_eq!(r, Err(handler::nonfatal::NonFatalError::Io(libc::EMFILE)));
+    assert_eq!(dev_null_fds(), spares, "a non-fatal report closed a spare descriptor of the crash path");
+
+    // 3. Uninstall with a capture signal still queued for a thread that blocks it, and the hang watchdog running:
+    // the watchdog is stopped, and the queued signal does not kill the process when the thread unblocks it.
+    handler::hangs::start(&handler::hangs::HangConfig::default()).expect("watchdog");
+    let blocked = start_blocker();
+    let mut frames = [0u64; 16];
+    assert_eq!(stacks::thread_stack(blocked.tid, &mut frames, Duration::from_millis(50)), Err(CaptureError::Timeout));
     handler::uninstall().expect("uninstall");
+    assert!(!handler::hangs::is_running(), "uninstall stops the hang watchdog");
+    blocked.unblock.send(()).expect("unblock");
+    blocked.unblocked.recv().expect("the thread took its queued capture signal and lives");
+    blocked.end.send(()).expect("end");
+    blocked.handle.join().expect("join");
+    // SAFETY: reads the current action into a zeroed struct.
+    let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a null new action only queries.
+    assert_eq!(unsafe { libc::sigaction(libc::SIGRTMAX() - 5, std::ptr::null(), &mut now) }, 0);
+    assert_eq!(now.sa_sigaction, libc::SIG_IGN, "the capture signal is ignored after uninstall");
+    assert_eq!(
+        stacks::thread_stack(stacks::current_thread_id(), &mut frames, Duration::from_millis(50)),
+        Err(CaptureError::NotInstalled)
+    );
 }

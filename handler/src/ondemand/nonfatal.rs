@@ -88,6 +88,12 @@ impl Prepared {
 /// The prepared buffers (null until `crate::nonfatal::prepare` ran).
 pub static PREPARED: AtomicPtr<Prepared> = AtomicPtr::new(core::ptr::null_mut());
 
+/// The prepared buffers, once `crate::nonfatal::prepare` ran.
+pub fn prepared() -> Option<&'static Prepared> {
+    // SAFETY: a non-null PREPARED points to a leaked `Prepared` that is never freed.
+    unsafe { PREPARED.load(Ordering::Acquire).as_ref() }
+}
+
 /// Why no non-fatal report was written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NonFatalError {
@@ -116,8 +122,17 @@ pub struct Request<'a> {
     pub focus_tid: u64,
 }
 
-/// Holds `busy` until dropped.
-struct Held<'a>(&'a Prepared);
+/// The writer's flag, held: no non-fatal report is written until this is dropped ([`Prepared::try_hold`]).
+#[derive(Debug)]
+pub struct Held<'a>(&'a Prepared);
+
+impl Prepared {
+    /// Takes the writer's flag if no report is being written (one compare-and-swap): while the returned guard
+    /// lives, [`write`] answers [`NonFatalError::Busy`]. Uninstall holds it to close the report directory.
+    pub fn try_hold(&self) -> Option<Held<'_>> {
+        self.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok().then(|| Held(self))
+    }
+}
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
@@ -132,14 +147,14 @@ impl Drop for Held<'_> {
 /// # Errors
 /// [`NonFatalError`].
 pub fn write(req: &Request<'_>) -> Result<[u8; 16], NonFatalError> {
-    let st = state().ok_or(NonFatalError::NotInstalled)?;
-    let p = PREPARED.load(Ordering::Acquire);
-    // SAFETY: a non-null PREPARED points to a leaked `Prepared` that is never freed.
-    let prepared = unsafe { p.as_ref() }.ok_or(NonFatalError::NotPrepared)?;
-    if prepared.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-        return Err(NonFatalError::Busy);
+    if state().is_none() {
+        return Err(NonFatalError::NotInstalled);
     }
-    let _held = Held(prepared);
+    let prepared = prepared().ok_or(NonFatalError::NotPrepared)?;
+    let Some(_held) = prepared.try_hold() else { return Err(NonFatalError::Busy) };
+    // The state is read again with the flag held: uninstall unpublishes it, then takes the flag before it closes
+    // the report directory, so a writer that holds the flag either sees no state or finishes before the close.
+    let st = state().ok_or(NonFatalError::NotInstalled)?;
     // SAFETY: `busy` is ours until `_held` drops, so no other reference to the buffers exists.
     let bufs = unsafe { &mut *prepared.bufs.get() };
     write_with(st, bufs, req)

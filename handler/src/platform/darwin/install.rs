@@ -408,6 +408,11 @@ fn stop_mach(st: &State) {
 
 /// Uninstalls the handler. See [`crate::uninstall`].
 pub fn uninstall() -> Result<(), InstallError> {
+    if !is_installed() {
+        return Err(InstallError::NotInstalled);
+    }
+    // The hang watchdog first (a hang report under way is finished), as on Linux.
+    crate::hangs::stop();
     let mut guard = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
     let Some(inst) = guard.take() else { return Err(InstallError::NotInstalled) };
     let st = inst.state;
@@ -420,8 +425,12 @@ pub fn uninstall() -> Result<(), InstallError> {
     }
     stop_mach(st);
     crate::ondemand::STATE.store(core::ptr::null_mut(), Ordering::Release);
-    // SAFETY: closing the directory opened at install.
-    unsafe { libc::close(st.core.dir_fd) };
+    // Closed only once no non-fatal report is being written (left open if one does not finish in 10 s).
+    crate::nonfatal::while_no_report_is_written(|| {
+        // SAFETY: closing the directory opened at install; no non-fatal report is written meanwhile, and the
+        // on-demand state that names it is unpublished.
+        unsafe { libc::close(st.core.dir_fd) };
+    });
     STATE.store(core::ptr::null_mut(), Ordering::Release);
     Ok(())
 }

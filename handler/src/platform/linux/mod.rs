@@ -161,7 +161,14 @@ fn memory_pipe() -> Option<(i32, i32)> {
 }
 
 /// Uninstalls the handler. See [`crate::uninstall`].
+///
+/// The hang watchdog is stopped first (a hang report under way is finished), and the report directory is closed
+/// only once no non-fatal report is being written (`crate::nonfatal`; left open if one does not finish in 10 s).
 pub fn uninstall() -> Result<(), InstallError> {
+    if !is_installed() {
+        return Err(InstallError::NotInstalled);
+    }
+    crate::hangs::stop();
     let mut guard = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
     let Some(inst) = guard.take() else { return Err(InstallError::NotInstalled) };
     threads::disable();
@@ -174,8 +181,12 @@ pub fn uninstall() -> Result<(), InstallError> {
         if sys::gettid() == inst.installer_tid {
             libc::sigaltstack(&inst.old_altstack, core::ptr::null_mut());
         }
-        libc::close(st.core.dir_fd);
     }
+    crate::nonfatal::while_no_report_is_written(|| {
+        // SAFETY: closing the directory opened at install; no non-fatal report is written meanwhile, and the
+        // on-demand state that names it is unpublished.
+        unsafe { libc::close(st.core.dir_fd) };
+    });
     STATE.store(core::ptr::null_mut(), Ordering::Release);
     Ok(())
 }

@@ -67,10 +67,23 @@ pub fn install(
     Ok(Installed { signal, previous })
 }
 
-/// Restores the capture signal's previous action and unpublishes the state (captures under way finish with it: it
-/// is never freed).
+/// Unpublishes the state (captures under way finish with it: it is never freed) and takes the capture signal's
+/// handler away. Capture signals may still be queued for threads that block it, or in flight: the signal's
+/// previous action is restored only when it was a handler of the application's (which then gets them); when it
+/// was the default action (for a real-time signal: terminate the process) or `SIG_IGN`, the signal is set to
+/// `SIG_IGN` instead, which also discards the copies still queued (POSIX `sigaction`: setting `SIG_IGN` for a
+/// pending signal discards it).
 pub fn uninstall(inst: &Installed) {
-    // SAFETY: restoring the action saved at install.
-    unsafe { libc::sigaction(inst.signal, &inst.previous, core::ptr::null_mut()) };
     ondemand::STATE.store(core::ptr::null_mut(), Ordering::Release);
+    let previous = inst.previous.sa_sigaction;
+    // SAFETY: plain `sigaction` with valid pointers: the action saved at install, or SIG_IGN with an empty mask.
+    unsafe {
+        if previous == libc::SIG_DFL || previous == libc::SIG_IGN {
+            let mut ignore: libc::sigaction = core::mem::zeroed();
+            ignore.sa_sigaction = libc::SIG_IGN;
+            libc::sigaction(inst.signal, &ignore, core::ptr::null_mut());
+        } else {
+            libc::sigaction(inst.signal, &inst.previous, core::ptr::null_mut());
+        }
+    }
 }
