@@ -30,11 +30,21 @@
 //!
 //! **Slow frames**, the lighter threshold ([`HangConfig::slow_frame`], 500 ms by default): a stall longer than it
 //! (but not yet a hang) is counted ([`stats`]) and, if the app registered [`HangConfig::on_slow_frame`], the
-//! watched thread's stack alone is captured (stacks on demand) and handed to it; no report is written.
+//! watched thread's stack alone is captured (stacks on demand) and handed to it; no report is written. The
+//! callback runs on a thread of its own (`hang-notifier`), never on the watchdog: it may allocate, and while the
+//! stalled thread holds the allocator's lock it would block there, and a watchdog blocked in it could not write
+//! the hang report. The watchdog only copies the frames into a preallocated buffer (atomics) and wakes the
+//! notifier (`Thread::unpark`: an atomic swap and a futex wake); a slow frame that comes while the callback still
+//! runs is counted but not handed to it.
+//!
+//! **Arming.** The watchdog starts watching at the first [`heartbeat`] or [`idle`] after [`start`]: an event loop
+//! that never reports progress is not taken for a hang. A hang report refused because another non-fatal report
+//! was being written at that moment ([`crate::nonfatal::NonFatalError::Busy`]) is tried again at the next wake;
+//! one that failed otherwise is counted ([`HangStats::report_failures`]) and not retried for that stall.
 
 use crate::ondemand::nonfatal::{self, Request};
 use report_format::encode::NON_FATAL_HANG;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,7 +56,7 @@ static HANGS: AtomicU64 = AtomicU64::new(0);
 static SLOW_FRAMES: AtomicU64 = AtomicU64::new(0);
 static REPORT_FAILURES: AtomicU64 = AtomicU64::new(0);
 
-/// A slow frame, handed to [`HangConfig::on_slow_frame`] on the watchdog thread.
+/// A slow frame, handed to [`HangConfig::on_slow_frame`] on the notifier thread.
 #[derive(Debug)]
 pub struct SlowFrame<'a> {
     /// How long the watched thread had made no progress (at most one period short).
@@ -65,7 +75,8 @@ pub struct HangConfig {
     pub slow_frame: Option<Duration>,
     /// How often the watchdog wakes; `None`: half of the smaller of `threshold` and `slow_frame`.
     pub period: Option<Duration>,
-    /// Called on the watchdog thread for each slow frame (it may allocate; it must not block for long).
+    /// Called for each slow frame on a notifier thread of its own (not the watchdog: it may allocate, or block;
+    /// slow frames that come while it runs are counted and not handed to it).
     pub on_slow_frame: Option<fn(&SlowFrame<'_>)>,
     /// The thread to watch (a kernel thread id, as [`crate::stacks::current_thread_id`] gives it); `None`: the
     /// thread that calls [`start`].
@@ -154,15 +165,50 @@ pub fn idle() {
     BEAT.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Frames a slow frame hands to its callback at most.
+const SLOW_FRAMES_MAX: usize = 512;
+
+/// A slow frame on its way from the watchdog to the notifier thread: written by the watchdog while `ready` is
+/// false, read by the notifier while it is true (release/acquire), so neither waits for the other.
+struct Notice {
+    ready: AtomicBool,
+    stop: AtomicBool,
+    duration_ns: AtomicU64,
+    len: AtomicUsize,
+    frames: [AtomicU64; SLOW_FRAMES_MAX],
+}
+
+impl Notice {
+    fn new() -> Notice {
+        Notice {
+            ready: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            duration_ns: AtomicU64::new(0),
+            len: AtomicUsize::new(0),
+            frames: [const { AtomicU64::new(0) }; SLOW_FRAMES_MAX],
+        }
+    }
+}
+
+/// The notifier thread: its notice and handle.
+struct Notifier {
+    notice: Arc<Notice>,
+    thread: std::thread::JoinHandle<()>,
+}
+
 struct Running {
     stop: Arc<(Mutex<bool>, Condvar)>,
     thread: std::thread::JoinHandle<()>,
+    notifier: Option<Notifier>,
+    /// The process the threads run in: a forked child has none of them.
+    pid: u32,
 }
 
 static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
 
-/// Starts the watchdog (see the module docs). Prepares the non-fatal writer's buffers first, so that writing a
-/// hang report allocates nothing while the watched thread may hold the allocator's lock.
+/// Starts the watchdog (see the module docs), and the notifier thread when [`HangConfig::on_slow_frame`] is set.
+/// Prepares the non-fatal writer's buffers first, so that writing a hang report allocates nothing while the
+/// watched thread may hold the allocator's lock.
 ///
 /// # Errors
 /// [`HangError`].
@@ -176,26 +222,67 @@ pub fn start(config: &HangConfig) -> Result<(), HangError> {
     }
     crate::nonfatal::prepare().map_err(|_| HangError::NotInstalled)?;
     let watched = config.thread.unwrap_or_else(crate::stacks::current_thread_id);
+    let notifier = match config.on_slow_frame {
+        Some(f) => {
+            let notice = Arc::new(Notice::new());
+            let n = Arc::clone(&notice);
+            let thread = std::thread::Builder::new()
+                .name("hang-notifier".into())
+                .spawn(move || notify(&n, f))
+                .map_err(HangError::Spawn)?;
+            Some(Notifier { notice, thread })
+        }
+        None => None,
+    };
     let stop = Arc::new((Mutex::new(false), Condvar::new()));
     let cfg = config.clone();
     let stop2 = Arc::clone(&stop);
-    let thread = std::thread::Builder::new()
+    let to_notifier = notifier.as_ref().map(|n| (Arc::clone(&n.notice), n.thread.thread().clone()));
+    // Progress counts from here (not from when the watchdog thread gets to run).
+    let beat = BEAT.load(Ordering::Acquire);
+    let spawned = std::thread::Builder::new()
         .name("hang-watchdog".into())
-        .spawn(move || watch(&cfg, watched, &stop2))
-        .map_err(HangError::Spawn)?;
-    *running = Some(Running { stop, thread });
+        .spawn(move || watch(&cfg, watched, beat, &stop2, to_notifier.as_ref().map(|(n, t)| (&**n, t))));
+    let thread = match spawned {
+        Ok(t) => t,
+        Err(e) => {
+            if let Some(n) = notifier {
+                end_notifier(n);
+            }
+            return Err(HangError::Spawn(e));
+        }
+    };
+    *running = Some(Running { stop, thread, notifier, pid: std::process::id() });
     Ok(())
 }
 
-/// Stops the watchdog and waits for it (a report being written is finished first). Does nothing when it does not
-/// run.
+/// Stops the watchdog and waits for it (a report being written is finished first), then the notifier thread (a
+/// slow-frame callback under way is finished first, unless `stop` is called from that very callback). Does nothing
+/// when it does not run. In a child forked while it ran, where neither thread exists, it only forgets them.
 pub fn stop() {
     let r = RUNNING.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if let Some(r) = r {
-        let (flag, cv) = &*r.stop;
-        *flag.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        cv.notify_all();
-        let _ = r.thread.join();
+    let Some(r) = r else { return };
+    if r.pid != std::process::id() {
+        // A forked child: the threads are the parent's. Joining one would wait forever, detaching it would act on
+        // a thread that is not there.
+        core::mem::forget(r);
+        return;
+    }
+    let (flag, cv) = &*r.stop;
+    *flag.lock().unwrap_or_else(|e| e.into_inner()) = true;
+    cv.notify_all();
+    let _ = r.thread.join();
+    if let Some(n) = r.notifier {
+        end_notifier(n);
+    }
+}
+
+/// Tells the notifier to end and waits for it (unless this is the notifier: then it ends after the callback).
+fn end_notifier(n: Notifier) {
+    n.notice.stop.store(true, Ordering::Release);
+    n.thread.thread().unpark();
+    if n.thread.thread().id() != std::thread::current().id() {
+        let _ = n.thread.join();
     }
 }
 
@@ -204,14 +291,120 @@ pub fn is_running() -> bool {
     RUNNING.lock().map(|r| r.is_some()).unwrap_or(false)
 }
 
-/// The watchdog's loop.
-fn watch(cfg: &HangConfig, watched: u64, stop: &(Mutex<bool>, Condvar)) {
+/// The notifier thread's loop: waits (parked) for a slow frame and calls `f` with it.
+fn notify(notice: &Notice, f: fn(&SlowFrame<'_>)) {
+    let mut frames = [0u64; SLOW_FRAMES_MAX];
+    loop {
+        if notice.stop.load(Ordering::Acquire) {
+            return;
+        }
+        if notice.ready.load(Ordering::Acquire) {
+            let len = notice.len.load(Ordering::Relaxed).min(SLOW_FRAMES_MAX);
+            for (d, s) in frames.iter_mut().zip(notice.frames.iter()).take(len) {
+                *d = s.load(Ordering::Relaxed);
+            }
+            let duration = Duration::from_nanos(notice.duration_ns.load(Ordering::Relaxed));
+            notice.ready.store(false, Ordering::Release);
+            f(&SlowFrame { duration, frames: frames.get(..len).unwrap_or(&[]) });
+            continue;
+        }
+        std::thread::park();
+    }
+}
+
+/// What the watchdog does at a wake ([`Detector::tick`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    /// Nothing.
+    Nothing,
+    /// Write a hang report of a stall this long, then tell [`Detector::hang_written`] how it went.
+    Hang(Duration),
+    /// Hand a slow frame of a stall this long to the callback.
+    SlowFrame(Duration),
+}
+
+/// How writing a hang report went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Written {
+    /// Written.
+    Ok,
+    /// Refused: another non-fatal report was being written (try again at the next wake).
+    Busy,
+    /// Failed otherwise (counted; not retried for this stall).
+    Failed,
+}
+
+/// The watchdog's decisions, from the progress counters it reads at each wake (pure: no clock, no I/O).
+#[derive(Debug)]
+struct Detector {
+    threshold: Duration,
+    slow_frame: Option<Duration>,
+    last_beat: u64,
+    last_progress: Instant,
+    /// A heartbeat or idle was seen since start: only then is a stall a stall.
+    armed: bool,
+    hang_reported: bool,
+    slow_noted: bool,
+}
+
+impl Detector {
+    fn new(cfg: &HangConfig, beat: u64, now: Instant) -> Detector {
+        Detector {
+            threshold: cfg.threshold,
+            slow_frame: cfg.slow_frame,
+            last_beat: beat,
+            last_progress: now,
+            armed: false,
+            hang_reported: false,
+            slow_noted: false,
+        }
+    }
+
+    /// One wake at `now`, seeing the counter `beat` and the idle flag `idle`.
+    fn tick(&mut self, now: Instant, beat: u64, idle: bool) -> Action {
+        if beat != self.last_beat || idle {
+            self.last_beat = beat;
+            self.last_progress = now;
+            self.armed = true;
+            self.hang_reported = false;
+            self.slow_noted = false;
+            return Action::Nothing;
+        }
+        if !self.armed {
+            return Action::Nothing;
+        }
+        let stalled = now.saturating_duration_since(self.last_progress);
+        if !self.hang_reported && stalled >= self.threshold {
+            return Action::Hang(stalled);
+        }
+        if let Some(slow) = self.slow_frame {
+            if !self.slow_noted && stalled >= slow && stalled < self.threshold {
+                self.slow_noted = true;
+                return Action::SlowFrame(stalled);
+            }
+        }
+        Action::Nothing
+    }
+
+    /// How the hang report [`Detector::tick`] asked for went.
+    fn hang_written(&mut self, w: Written) {
+        if w != Written::Busy {
+            self.hang_reported = true;
+        }
+    }
+}
+
+/// The watchdog's loop. It never calls the app's code: slow frames go to the notifier through `notifier`.
+fn watch(
+    cfg: &HangConfig,
+    watched: u64,
+    beat: u64,
+    stop: &(Mutex<bool>, Condvar),
+    notifier: Option<(&Notice, &std::thread::Thread)>,
+) {
     let period = cfg.effective_period();
-    let mut last_beat = BEAT.load(Ordering::Acquire);
-    let mut last_progress = Instant::now();
-    let mut hang_reported = false;
-    let mut slow_noted = false;
-    let mut frames = [0u64; 512];
+    let mut detector = Detector::new(cfg, beat, Instant::now());
+    let mut frames = [0u64; SLOW_FRAMES_MAX];
     let (flag, cv) = stop;
     loop {
         {
@@ -224,28 +417,21 @@ fn watch(cfg: &HangConfig, watched: u64, stop: &(Mutex<bool>, Condvar)) {
                 return;
             }
         }
-        let now = Instant::now();
-        let beat = BEAT.load(Ordering::Acquire);
-        if beat != last_beat || IDLE.load(Ordering::Acquire) {
-            last_beat = beat;
-            last_progress = now;
-            hang_reported = false;
-            slow_noted = false;
-            continue;
-        }
-        let stalled = now.duration_since(last_progress);
-        if !hang_reported && stalled >= cfg.threshold {
-            hang_reported = true;
-            report_hang(cfg, watched, stalled);
-            continue;
-        }
-        if let Some(slow) = cfg.slow_frame {
-            if !slow_noted && stalled >= slow && stalled < cfg.threshold {
-                slow_noted = true;
+        match detector.tick(Instant::now(), BEAT.load(Ordering::Acquire), IDLE.load(Ordering::Acquire)) {
+            Action::Nothing => {}
+            Action::Hang(stalled) => detector.hang_written(report_hang(cfg, watched, stalled)),
+            Action::SlowFrame(stalled) => {
                 SLOW_FRAMES.fetch_add(1, Ordering::Relaxed);
-                if let Some(f) = cfg.on_slow_frame {
+                // Only when the notifier is free: the previous slow frame's callback may still run.
+                if let Some((notice, thread)) = notifier.filter(|(n, _)| !n.ready.load(Ordering::Acquire)) {
                     let n = crate::stacks::thread_stack(watched, &mut frames, period).map_or(0, |c| c.len);
-                    f(&SlowFrame { duration: stalled, frames: frames.get(..n).unwrap_or(&[]) });
+                    for (d, s) in notice.frames.iter().zip(frames.iter()).take(n) {
+                        d.store(*s, Ordering::Relaxed);
+                    }
+                    notice.len.store(n, Ordering::Relaxed);
+                    notice.duration_ns.store(u64::try_from(stalled.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+                    notice.ready.store(true, Ordering::Release);
+                    thread.unpark();
                 }
             }
         }
@@ -253,8 +439,8 @@ fn watch(cfg: &HangConfig, watched: u64, stop: &(Mutex<bool>, Condvar)) {
 }
 
 /// Writes the hang report of a stall of `stalled` (allocation-free: `nonfatal::write`; the reason text is built
-/// in a stack buffer).
-fn report_hang(cfg: &HangConfig, watched: u64, stalled: Duration) {
+/// in a stack buffer), and says how it went.
+fn report_hang(cfg: &HangConfig, watched: u64, stalled: Duration) -> Written {
     let mut text = [0u8; 128];
     let reason = reason_text(&mut text, stalled, cfg.threshold);
     let req = Request {
@@ -264,9 +450,16 @@ fn report_hang(cfg: &HangConfig, watched: u64, stalled: Duration) {
         focus_tid: watched,
     };
     match nonfatal::write(&req) {
-        Ok(_) => HANGS.fetch_add(1, Ordering::Relaxed),
-        Err(_) => REPORT_FAILURES.fetch_add(1, Ordering::Relaxed),
-    };
+        Ok(_) => {
+            HANGS.fetch_add(1, Ordering::Relaxed);
+            Written::Ok
+        }
+        Err(nonfatal::NonFatalError::Busy) => Written::Busy,
+        Err(_) => {
+            REPORT_FAILURES.fetch_add(1, Ordering::Relaxed);
+            Written::Failed
+        }
+    }
 }
 
 /// `main thread unresponsive for 2.41 s (threshold 2.00 s)` into `buf`, without allocating.
@@ -295,6 +488,49 @@ mod tests {
         assert_eq!(c.effective_period(), Duration::from_secs(1));
         let c = HangConfig { period: Some(Duration::from_millis(1)), ..HangConfig::default() };
         assert_eq!(c.effective_period(), Duration::from_millis(10), "at least 10 ms");
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// An event loop that never reported progress is not hung: no report `threshold` after start.
+    #[test]
+    fn nothing_is_reported_before_the_first_heartbeat() {
+        let cfg = HangConfig { threshold: ms(400), slow_frame: Some(ms(100)), ..HangConfig::default() };
+        let t0 = Instant::now();
+        let mut d = Detector::new(&cfg, 7, t0);
+        for k in 1..40 {
+            assert_eq!(d.tick(t0 + ms(50 * k), 7, false), Action::Nothing, "wake {k}, no heartbeat yet");
+        }
+        // The first heartbeat arms it; a stall after it is one.
+        let t1 = t0 + ms(2000);
+        assert_eq!(d.tick(t1, 8, false), Action::Nothing);
+        assert_eq!(d.tick(t1 + ms(150), 8, false), Action::SlowFrame(ms(150)));
+        assert_eq!(d.tick(t1 + ms(450), 8, false), Action::Hang(ms(450)));
+        // Idle arms it too.
+        let mut d = Detector::new(&cfg, 7, t0);
+        assert_eq!(d.tick(t0 + ms(10), 7, true), Action::Nothing);
+        assert_eq!(d.tick(t0 + ms(500), 7, false), Action::Hang(ms(490)));
+    }
+
+    /// A hang report refused as Busy is tried again at the next wake; one written, or failed otherwise, is not.
+    #[test]
+    fn a_hang_report_refused_as_busy_is_tried_again() {
+        let cfg = HangConfig { threshold: ms(400), slow_frame: None, ..HangConfig::default() };
+        let t0 = Instant::now();
+        let mut d = Detector::new(&cfg, 0, t0);
+        assert_eq!(d.tick(t0, 1, false), Action::Nothing);
+        assert_eq!(d.tick(t0 + ms(400), 1, false), Action::Hang(ms(400)));
+        d.hang_written(Written::Busy);
+        assert_eq!(d.tick(t0 + ms(600), 1, false), Action::Hang(ms(600)), "retried after Busy");
+        d.hang_written(Written::Ok);
+        assert_eq!(d.tick(t0 + ms(800), 1, false), Action::Nothing, "once per stall");
+        // The next stall is reported again; a failure other than Busy is not retried.
+        assert_eq!(d.tick(t0 + ms(900), 2, false), Action::Nothing);
+        assert_eq!(d.tick(t0 + ms(1300), 2, false), Action::Hang(ms(400)));
+        d.hang_written(Written::Failed);
+        assert_eq!(d.tick(t0 + ms(1500), 2, false), Action::Nothing);
     }
 
     #[test]
