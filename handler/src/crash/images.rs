@@ -9,7 +9,9 @@
 //!
 //! Readers that run while the process goes on (on-demand stack captures, `crate::ondemand`) read through
 //! [`ImageTable::read`], which counts them per list: an update waits (bounded) until nobody reads the list it is
-//! about to rewrite, so a capture racing two refreshes in a row never sees a list being written.
+//! about to rewrite, so a capture racing two refreshes in a row never sees a list being written. The non-fatal
+//! writer holds a list for a whole report (seconds) through [`ImageTable::read_held`], which an update waits for
+//! without a bound.
 //!
 //! Reading is allocation-free, lock-free and async-signal-safe.
 #![allow(unsafe_code)]
@@ -279,22 +281,27 @@ pub struct ImageTable {
     active: AtomicUsize,
     /// Readers inside each list through [`ImageTable::read`].
     readers: [AtomicUsize; 2],
+    /// Readers inside each list through [`ImageTable::read_held`] (waited for without a bound).
+    held: [AtomicUsize; 2],
     /// Updates so far ([`ImageTable::generation`]).
     generation: AtomicU64,
 }
 
 /// How long [`ImageTable::update`] waits for the readers of the list it is about to rewrite, in polls of
-/// [`READER_POLL_NS`] (about 1 s). A reader holds a list for one stack walk (microseconds); one that never lets go
+/// [`READER_POLL_NS`] (about 1 s; 0.2 s in this crate's unit tests). A reader holds a list for one stack walk (microseconds); one that never lets go
 /// (a thread stopped by a debugger in the middle of a walk) is waited for this long, then the update goes on.
-const READER_POLLS: u32 = 20_000;
+const READER_POLLS: u32 = if cfg!(test) { 4_000 } else { 20_000 };
 /// Sleep between two polls of [`ImageTable::update`]'s wait, in nanoseconds.
 const READER_POLL_NS: u64 = 50_000;
 
-/// A counted read of the active image list ([`ImageTable::read`]); the list stays unchanged until this is dropped.
+/// A counted read of the active image list ([`ImageTable::read`], [`ImageTable::read_held`]); the list stays
+/// unchanged until this is dropped.
 #[derive(Debug)]
 pub struct ImageRead<'a> {
     table: &'a ImageTable,
     index: usize,
+    /// The counters it is counted in (`readers` or `held`).
+    counts: &'a [AtomicUsize; 2],
 }
 
 impl core::ops::Deref for ImageRead<'_> {
@@ -309,7 +316,7 @@ impl core::ops::Deref for ImageRead<'_> {
 
 impl Drop for ImageRead<'_> {
     fn drop(&mut self) {
-        if let Some(r) = self.table.readers.get(self.index) {
+        if let Some(r) = self.counts.get(self.index) {
             r.fetch_sub(1, Ordering::SeqCst);
         }
     }
@@ -327,6 +334,7 @@ impl ImageTable {
             lists: [UnsafeCell::new(a), UnsafeCell::new(b)],
             active: AtomicUsize::new(0),
             readers: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            held: [AtomicUsize::new(0), AtomicUsize::new(0)],
             generation: AtomicU64::new(0),
         }
     }
@@ -342,24 +350,38 @@ impl ImageTable {
     /// on; lock-free, allocation-free, signal-safe (two atomic increments; retried when an update flips the active
     /// list between the load and the count, at most 16 times, then read uncounted as [`ImageTable::current`]).
     pub fn read(&self) -> ImageRead<'_> {
+        self.read_counted(&self.readers)
+    }
+
+    /// [`ImageTable::read`] for a reader that holds the list long (the non-fatal writer: every thread's capture
+    /// and the report's writing, up to seconds) and must not see it rewritten meanwhile: [`ImageTable::update`]
+    /// waits for these without a bound (it waits for [`ImageTable::read`]'s readers about 1 s, then goes on).
+    /// Not for a thread that may be stopped while it holds the list (a signal handler of a stopped thread): an
+    /// update would wait as long. Lock-free, allocation-free.
+    pub fn read_held(&self) -> ImageRead<'_> {
+        self.read_counted(&self.held)
+    }
+
+    fn read_counted<'a>(&'a self, counts: &'a [AtomicUsize; 2]) -> ImageRead<'a> {
         let mut index = 0usize;
         for _ in 0..16 {
             index = self.active.load(Ordering::SeqCst) & 1;
-            let Some(r) = self.readers.get(index) else { break };
+            let Some(r) = counts.get(index) else { break };
             r.fetch_add(1, Ordering::SeqCst);
-            // Proof sketch (every access SeqCst): an update waits for `readers[next] == 0` after it read `active`
-            // and before it writes list `next`. A reader counted in `next` before that check holds the update off;
-            // one counted after it reloads `active` after the flip that made `next` inactive, and retries.
+            // Proof sketch (every access SeqCst): an update waits for the count of list `next` to be 0 after it
+            // read `active` and before it writes list `next`. A reader counted in `next` before that check holds
+            // the update off; one counted after it reloads `active` after the flip that made `next` inactive, and
+            // retries.
             if self.active.load(Ordering::SeqCst) & 1 == index {
-                return ImageRead { table: self, index };
+                return ImageRead { table: self, index, counts };
             }
             r.fetch_sub(1, Ordering::SeqCst);
         }
         // An update on every try (never in practice): count the reader where it stands, as `current` would read.
-        if let Some(r) = self.readers.get(index) {
+        if let Some(r) = counts.get(index) {
             r.fetch_add(1, Ordering::SeqCst);
         }
-        ImageRead { table: self, index }
+        ImageRead { table: self, index, counts }
     }
 
     /// The active list. Signal-safe.
@@ -375,6 +397,10 @@ impl ImageTable {
     /// Calls must be serialized (no two `update`s at once); not for the crash path.
     pub unsafe fn update(&self, fill: impl FnOnce(&mut ImageList)) {
         let next = (self.active.load(Ordering::SeqCst) & 1) ^ 1;
+        // Long readers of the list about to be rewritten (`read_held`): wait until they are gone, however long.
+        while self.held.get(next).is_some_and(|r| r.load(Ordering::SeqCst) != 0) {
+            std::thread::sleep(core::time::Duration::from_millis(1));
+        }
         // Counted readers of the list about to be rewritten (see `read`): wait until they are gone, bounded.
         for _ in 0..READER_POLLS {
             if self.readers.get(next).is_none_or(|r| r.load(Ordering::SeqCst) == 0) {
@@ -528,6 +554,50 @@ mod tests {
         assert!(second_done.load(Ordering::SeqCst));
         assert_eq!(t.read().path(0), b"/third");
         assert_eq!(t.generation(), g0 + 2);
+    }
+
+    /// A long reader (`read_held`, the non-fatal writer) is waited for past the bound of `read`'s readers: the
+    /// list it holds is not rewritten under it however long it takes. The bound is measured first (an update
+    /// under a `read` guard goes ahead after it), then a held read is kept twice as long.
+    #[test]
+    fn updates_wait_for_held_readers_without_a_bound() {
+        use std::sync::atomic::AtomicBool;
+        use std::time::{Duration, Instant};
+        /// Holds `guard` (a read of the list the second update rewrites) for at most `hold`; how long the two
+        /// updates took, or `None` when they had not finished by then.
+        fn hold_against_updates(t: &'static ImageTable, held: bool, hold: Duration) -> Option<Duration> {
+            // SAFETY: updates are serialized (one thread at a time here).
+            unsafe { t.update(|l| assert!(l.push(b"/first", 1, 1, 0, &[]))) };
+            let guard = if held { t.read_held() } else { t.read() };
+            let done: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+            let t0 = Instant::now();
+            let h = std::thread::spawn(move || {
+                // SAFETY: the only updating thread.
+                unsafe { t.update(|l| assert!(l.push(b"/second", 2, 1, 0, &[]))) };
+                // SAFETY: as above. The list the guard holds.
+                unsafe { t.update(|l| assert!(l.push(b"/third", 3, 1, 0, &[]))) };
+                done.store(true, Ordering::SeqCst);
+                t0.elapsed()
+            });
+            while !done.load(Ordering::SeqCst) && t0.elapsed() < hold {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let finished = done.load(Ordering::SeqCst);
+            if !finished {
+                assert_eq!(guard.path(0), b"/first", "the held list is unchanged");
+            }
+            drop(guard);
+            let took = h.join().expect("updater");
+            finished.then_some(took)
+        }
+        let t: &'static ImageTable = Box::leak(Box::new(ImageTable::new(list(4, 64), list(4, 64))));
+        let bound = hold_against_updates(t, false, Duration::from_secs(30)).expect("a read is waited for, bounded");
+        assert_eq!(
+            hold_against_updates(t, true, bound * 2 + Duration::from_millis(100)),
+            None,
+            "the update rewrote a held list (a read's bound: {bound:?})"
+        );
+        assert_eq!(t.read().path(0), b"/third");
     }
 
     #[test]

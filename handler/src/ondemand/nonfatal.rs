@@ -171,7 +171,10 @@ fn write_with(st: &State, bufs: &mut Buffers, req: &Request<'_>) -> Result<[u8; 
     // Without the crash path's spare descriptors: out of descriptors, a non-fatal report fails (EMFILE) and the
     // spares stay for a crash.
     let fd = writer::create_temp_no_spares(st.dir_fd, &names).map_err(NonFatalError::Io)?;
-    let images = st.images.read();
+    // Held for the whole report (every thread's capture, the encoding): the threads' frames are matched to this
+    // list's images (used-image bitset, image indices) and the images section lists it, so it must not change in
+    // between. A refresh waits for it (`read_held`: without the bound `read` gives a walk).
+    let images = st.images.read_held();
     let text = st.text;
     let meta = Meta {
         report_id: id,
