@@ -88,11 +88,13 @@ impl core::fmt::Display for ReportId {
 /// Writes a non-fatal report now: every thread's stack, about the calling thread, with `reason` (kind `app`) or
 /// without one (kind `manual`). Returns its id. Blocks while the threads are captured (each answers in
 /// microseconds; one that does not answer costs at most 200 ms, all of them together at most 2 s) and the file is
-/// written and made durable (`fsync`). Call it off the main thread if that matters.
+/// written and made durable (`fsync`). Call it off the main thread if that matters. All or nothing: on any error
+/// no report file is left in the directory.
 ///
 /// # Errors
 /// [`NonFatalError::NotInstalled`], [`NonFatalError::Busy`] (another non-fatal report is being written),
-/// [`NonFatalError::Io`], [`NonFatalError::Encode`].
+/// [`NonFatalError::Io`] (out of descriptors it fails with `EMFILE`: the crash path's spares are not used),
+/// [`NonFatalError::Encode`] (the writing failed part-way; the partial file is removed).
 pub fn report(reason: Option<&str>) -> Result<ReportId, NonFatalError> {
     prepare()?;
     let (kind, text) = match reason {

@@ -1,7 +1,8 @@
 //! Stacks on demand and non-fatal reports over the handler's life, with the default configuration (one capture
 //! walker), in one test because the steps share the one install of this process and end with `uninstall`:
 //! a capture waiting for a thread that does not answer leaves the walker to other captures; a non-fatal report
-//! under `EMFILE` fails without taking the crash path's spare descriptors; uninstall with a capture signal still
+//! under `EMFILE` fails without taking the crash path's spare descriptors; one whose writing fails part-way is not
+//! committed; uninstall with a capture signal still
 //! queued does not kill the process, and stops the hang watchdog.
 #![cfg(target_os = "linux")]
 #![allow(unsafe_code)]
@@ -53,6 +54,18 @@ fn dev_null_fds() -> usize {
         .flatten()
         .filter(|e| std::fs::read_link(e.path()).is_ok_and(|p| p == std::path::Path::new("/dev/null")))
         .count()
+}
+
+/// The reports in `dir`, sorted.
+fn reports(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .expect("dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".crashreport"))
+        .collect();
+    v.sort();
+    v
 }
 
 #[test]
@@ -110,6 +123,27 @@ fn one_walker_emfile_and_uninstall() {
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
     assert_eq!(r, Err(handler::nonfatal::NonFatalError::Io(libc::EMFILE)));
     assert_eq!(dev_null_fds(), spares, "a non-fatal report closed a spare descriptor of the crash path");
+
+    // 2b. A report whose writing fails part-way (the file size limit) is not committed: Err(Encode), no file.
+    let before = reports(dir.path());
+    let full = std::fs::metadata(&before[0]).expect("size").len();
+    // SAFETY: ignore SIGXFSZ, so a write past the limit fails with EFBIG instead of killing the process.
+    let old_xfsz = unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+    let mut fsize = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: valid out pointer.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut fsize) }, 0);
+    let small = libc::rlimit { rlim_cur: full / 2, rlim_max: fsize.rlim_max };
+    // SAFETY: valid in pointer; lowers this process's soft limit only.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &small) }, 0);
+    let r = handler::nonfatal::report(None);
+    // SAFETY: restores the limit and the action read above.
+    unsafe {
+        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &fsize), 0);
+        libc::signal(libc::SIGXFSZ, old_xfsz);
+    }
+    assert_eq!(r, Err(handler::nonfatal::NonFatalError::Encode), "a {full}-byte report cut at {}", full / 2);
+    assert_eq!(reports(dir.path()), before, "a partial non-fatal report was committed");
+    assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), before.len(), "temporary file left");
 
     // 3. Uninstall with a capture signal still queued for a thread that blocks it, and the hang watchdog running:
     // the watchdog is stopped, and the queued signal does not kill the process when the thread unblocks it.

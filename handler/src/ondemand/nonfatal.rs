@@ -105,7 +105,8 @@ pub enum NonFatalError {
     Busy,
     /// The report file could not be created or committed (`errno`).
     Io(i32),
-    /// The report could not be encoded (a buffer too small, or a write failed).
+    /// The report could not be encoded (a buffer too small, or a write failed: the disk is full, or the file size
+    /// limit was reached). Nothing is left in the report directory: a partial non-fatal report is not committed.
     Encode,
 }
 
@@ -141,7 +142,8 @@ impl Drop for Held<'_> {
 }
 
 /// Writes a non-fatal report of every thread (see the module docs); returns its report id (16 bytes, a version-4
-/// UUID). Allocation-free and lock-free; waits for each thread at most [`THREAD_TIMEOUT_NS`], for all of them at
+/// UUID). All or nothing: on `Ok` the whole report is committed; on any error no file is left (a report whose
+/// encoding failed part-way is removed, not committed). Allocation-free and lock-free; waits for each thread at most [`THREAD_TIMEOUT_NS`], for all of them at
 /// most [`CAPTURE_BUDGET_NS`]. Not for signal handlers.
 ///
 /// # Errors
@@ -206,13 +208,18 @@ fn write_with(st: &State, bufs: &mut Buffers, req: &Request<'_>) -> Result<[u8; 
         Ok(mut s) => s.flush().is_ok(),
         Err(_) => false,
     };
-    // `commit` keeps the file only when its head sections are durable; a failed encode leaves what was written.
-    writer::commit(st.dir_fd, fd, &names).map_err(NonFatalError::Io)?;
-    if ok {
-        Ok(id)
-    } else {
-        Err(NonFatalError::Encode)
+    if !ok {
+        // Not committed: unlike a crash, the process goes on and the next report can be complete, and `Ok` means a
+        // whole report is in the directory, `Err` that none is (the temporary file is removed).
+        // SAFETY: closing our own descriptor of the temporary file, then removing it by its NUL-terminated name.
+        unsafe {
+            libc::close(fd);
+            libc::unlinkat(st.dir_fd, names.temp().as_ptr().cast(), 0);
+        }
+        return Err(NonFatalError::Encode);
     }
+    writer::commit(st.dir_fd, fd, &names).map_err(NonFatalError::Io)?;
+    Ok(id)
 }
 
 /// Encodes the report: META, an EXCEPTION without exception, USER, one THREAD per thread (each captured and
