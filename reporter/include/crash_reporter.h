@@ -98,7 +98,8 @@ uint32_t crash_reporter_pending_count(void);
 // `*truncated` (either may be NULL). Uses the crash handler's unwinder; a stack captured before costs a few
 // nanoseconds per frame. Never allocates or takes a lock; callable from any thread, including a signal handler.
 // Needs `crash_reporter_enable` first (`CRASH_REPORTER_STATUS_NOT_ENABLED` before), and returns
-// `CRASH_REPORTER_STATUS_BUSY` when every capture walker is in use.
+// `CRASH_REPORTER_STATUS_BUSY` when every capture walker is in use. `CRASH_REPORTER_STATUS_INVALID_ARGUMENT` when
+// `capacity` is more than `PTRDIFF_MAX / 8` (no buffer is that large), before anything else.
 //
 // # Safety
 // `frames` points to `capacity` writable `uint64_t` (it may be NULL when `capacity` is 0); `count` and `truncated`
@@ -117,6 +118,8 @@ enum CrashReporterStatus crash_reporter_current_stack(uint64_t *frames,
 // and the truncation flag as `crash_reporter_current_stack` does. Allocation-free and lock-free; not for signal
 // handlers (it waits). `CRASH_REPORTER_STATUS_NO_SUCH_THREAD`, `CRASH_REPORTER_STATUS_TIMEOUT`,
 // `CRASH_REPORTER_STATUS_BUSY` or `CRASH_REPORTER_STATUS_NOT_ENABLED` when no stack was captured.
+//
+// `CRASH_REPORTER_STATUS_INVALID_ARGUMENT` for a `capacity` above `PTRDIFF_MAX / 8`.
 //
 // # Safety
 // As `crash_reporter_current_stack`.

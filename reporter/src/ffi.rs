@@ -233,7 +233,8 @@ fn capture_status(e: handler::stacks::CaptureError) -> CrashReporterStatus {
 /// `*truncated` (either may be NULL). Uses the crash handler's unwinder; a stack captured before costs a few
 /// nanoseconds per frame. Never allocates or takes a lock; callable from any thread, including a signal handler.
 /// Needs `crash_reporter_enable` first (`CRASH_REPORTER_STATUS_NOT_ENABLED` before), and returns
-/// `CRASH_REPORTER_STATUS_BUSY` when every capture walker is in use.
+/// `CRASH_REPORTER_STATUS_BUSY` when every capture walker is in use. `CRASH_REPORTER_STATUS_INVALID_ARGUMENT` when
+/// `capacity` is more than `PTRDIFF_MAX / 8` (no buffer is that large), before anything else.
 ///
 /// # Safety
 /// `frames` points to `capacity` writable `uint64_t` (it may be NULL when `capacity` is 0); `count` and `truncated`
@@ -248,6 +249,9 @@ pub unsafe extern "C" fn crash_reporter_current_stack(
     truncated: *mut bool,
 ) -> CrashReporterStatus {
     // Not through `guard`: its unwind catcher adds frames, and nothing here panics.
+    if !capacity_fits(capacity) {
+        return CrashReporterStatus::InvalidArgument;
+    }
     let out: &mut [u64] = if capacity == 0 || frames.is_null() {
         &mut []
     } else {
@@ -275,6 +279,8 @@ pub unsafe extern "C" fn crash_reporter_current_stack(
 /// handlers (it waits). `CRASH_REPORTER_STATUS_NO_SUCH_THREAD`, `CRASH_REPORTER_STATUS_TIMEOUT`,
 /// `CRASH_REPORTER_STATUS_BUSY` or `CRASH_REPORTER_STATUS_NOT_ENABLED` when no stack was captured.
 ///
+/// `CRASH_REPORTER_STATUS_INVALID_ARGUMENT` for a `capacity` above `PTRDIFF_MAX / 8`.
+///
 /// # Safety
 /// As `crash_reporter_current_stack`.
 #[no_mangle]
@@ -287,6 +293,9 @@ pub unsafe extern "C" fn crash_reporter_thread_stack(
     truncated: *mut bool,
 ) -> CrashReporterStatus {
     guard(|| {
+        if !capacity_fits(capacity) {
+            return CrashReporterStatus::InvalidArgument;
+        }
         let out: &mut [u64] = if capacity == 0 || frames.is_null() {
             &mut []
         } else {
@@ -309,6 +318,12 @@ pub unsafe extern "C" fn crash_reporter_thread_stack(
 #[no_mangle]
 pub extern "C" fn crash_reporter_current_thread_id() -> u64 {
     handler::stacks::current_thread_id()
+}
+
+/// Whether `capacity` `u64` values can be one buffer: a slice may span at most `isize::MAX` bytes
+/// (`std::slice::from_raw_parts_mut`'s safety contract), so a larger capacity is a caller's error, never a buffer.
+fn capacity_fits(capacity: usize) -> bool {
+    capacity <= isize::MAX as usize / core::mem::size_of::<u64>()
 }
 
 /// Stores a capture's count and truncation flag where asked.

@@ -77,3 +77,29 @@ fn the_c_functions_capture_like_the_rust_ones() {
     let s = unsafe { crash_reporter_thread_stack(gone, a.as_mut_ptr(), a.len(), 100, &mut n, &mut cut) };
     assert_eq!(s, CrashReporterStatus::NoSuchThread);
 }
+
+/// A capacity no buffer can have (above `isize::MAX` bytes of `u64`) is refused before the buffer is touched,
+/// whether or not the reporter is enabled.
+#[test]
+fn an_impossible_capacity_is_an_invalid_argument() {
+    let mut a = [0u64; 4];
+    let (mut n, mut cut) = (7usize, false);
+    for capacity in [isize::MAX as usize / 8 + 1, isize::MAX as usize, usize::MAX] {
+        // SAFETY: the capacity is refused before `a` is used; `n` and `cut` are writable.
+        let s = unsafe { crash_reporter_current_stack(a.as_mut_ptr(), capacity, 0, &mut n, &mut cut) };
+        assert_eq!(s, CrashReporterStatus::InvalidArgument, "current_stack, capacity {capacity}");
+        // SAFETY: as above.
+        let s = unsafe {
+            crash_reporter_thread_stack(
+                crash_reporter_current_thread_id(),
+                a.as_mut_ptr(),
+                capacity,
+                10,
+                &mut n,
+                &mut cut,
+            )
+        };
+        assert_eq!(s, CrashReporterStatus::InvalidArgument, "thread_stack, capacity {capacity}");
+    }
+    assert_eq!((n, a), (7, [0; 4]), "nothing written");
+}
