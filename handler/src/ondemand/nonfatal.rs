@@ -129,7 +129,7 @@ pub struct Held<'a>(&'a Prepared);
 
 impl Prepared {
     /// Takes the writer's flag if no report is being written (one compare-and-swap): while the returned guard
-    /// lives, [`write`] answers [`NonFatalError::Busy`]. Uninstall holds it to close the report directory.
+    /// lives, [`write()`] answers [`NonFatalError::Busy`]. Uninstall holds it to close the report directory.
     pub fn try_hold(&self) -> Option<Held<'_>> {
         self.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok().then(|| Held(self))
     }
