@@ -331,9 +331,12 @@ fn a_thread_that_blocks_the_capture_signal_gets_one_signal_queued_however_often_
     let queued = count_rx.recv().expect("count");
     assert_eq!(queued, 1, "capture signals queued for a thread that blocks it");
     // Its signal was taken by `sigtimedwait`, never by the handler: the next capture sees it is no longer pending,
-    // sends again, and the thread (no longer blocking it) answers.
-    let got = retry(|| stacks::thread_stack(tid, &mut frames, Duration::from_secs(5))).expect("once unblocked");
-    assert!(got.len > 2);
+    // sends again, and the thread (no longer blocking it) answers. (Not under qemu-user, where `/proc` shows the
+    // emulator's host signal state: there an entry is only known stale once its thread is gone.)
+    if handler::platform::linux::crash::memory::process_vm_readv_works() {
+        let got = retry(|| stacks::thread_stack(tid, &mut frames, Duration::from_secs(5))).expect("once unblocked");
+        assert!(got.len > 2);
+    }
     end_tx.send(()).expect("end");
     h.join().expect("join");
 }

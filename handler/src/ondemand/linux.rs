@@ -28,7 +28,8 @@
 //! with an entry sends nothing: it waits (polling, within its timeout) for the entry to go, then sends, and fails
 //! with [`CaptureError::Timeout`] if it never goes (the thread blocks the signal). An entry whose signal `/proc`
 //! says is no longer pending for that thread (`SigPnd:`; the thread exited and its id was reused, or it took the
-//! signal with `sigwait`) is stale: replaced at once. At most [`OUTSTANDING`] capture signals are ever queued in
+//! signal with `sigwait`) is stale: replaced at once (under qemu-user, where `/proc` shows the emulator's host
+//! state, only an entry of a thread that is gone). At most [`OUTSTANDING`] capture signals are ever queued in
 //! the process.
 //!
 //! The handler (`SA_SIGINFO | SA_ONSTACK | SA_RESTART`, every signal but the fatal ones blocked, as the crash
@@ -174,7 +175,7 @@ fn record_in_flight(tid: u64, token: u32, sig: i32, check: bool) -> Result<&'sta
     for e in &IN_FLIGHT {
         let v = e.load(Ordering::SeqCst);
         if v != 0 && v >> 32 == tid {
-            if !check || tasks::signal_pending(tid, sig) != Some(false) {
+            if !check || !no_longer_pending(tid, sig) {
                 return Err(NotRecorded::Pending);
             }
             // Taken (its handler clears the entry in a moment) or lost with an exited thread: forget it.
@@ -188,7 +189,7 @@ fn record_in_flight(tid: u64, token: u32, sig: i32, check: bool) -> Result<&'sta
             // Full: free the entries whose signal is no longer pending (threads that exited), then try once more.
             for e in &IN_FLIGHT {
                 let v = e.load(Ordering::SeqCst);
-                if v != 0 && tasks::signal_pending(v >> 32, sig) == Some(false) {
+                if v != 0 && no_longer_pending(v >> 32, sig) {
                     let _ = e.compare_exchange(v, 0, Ordering::SeqCst, Ordering::SeqCst);
                 }
             }
@@ -203,6 +204,21 @@ fn record_in_flight(tid: u64, token: u32, sig: i32, check: bool) -> Result<&'sta
         return Err(NotRecorded::Pending);
     }
     Ok(entry)
+}
+
+/// Whether a capture signal sent to thread `tid` is known to be no longer pending: `/proc` says so (`SigPnd:`),
+/// where `/proc` shows this process's own signal state truthfully (not under qemu-user, which takes every host
+/// signal at once and queues it itself: the crash path's `sigblk_truthful`, tested at install); otherwise only
+/// when the thread is gone (`tgkill` with signal 0: `ESRCH`).
+fn no_longer_pending(tid: u64, sig: i32) -> bool {
+    let st = crate::platform::linux::crash::STATE.load(Ordering::Acquire);
+    // SAFETY: a non-null crash STATE points to the leaked state install published; it is never freed.
+    let truthful = unsafe { st.as_ref() }.is_some_and(|s| s.sigblk_truthful);
+    if truthful {
+        tasks::signal_pending(tid, sig) == Some(false)
+    } else {
+        sys::tgkill(sys::getpid(), tid, 0) == Err(libc::ESRCH)
+    }
 }
 
 /// The handler's part: clears the entry of the signal it took (`token`; without one, a plain `tgkill`, any entry
