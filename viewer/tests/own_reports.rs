@@ -515,7 +515,7 @@ fn name_only_images_are_not_binary_images() {
 }
 
 /// The ios report whose crashed thread ran a Swift async function: frame 2 is `main`'s address + 1 found through
-/// the async context chain (trust `async`, format 2.2: a resume function is stored as its entry + 1), as the
+/// the async context chain (trust `async`, format 2.2; rendered from a report the current encoder wrote: a resume function is stored as its entry + 1), as the
 /// handler's walker stores it; `async_trust` is the trust of frame 2 (another value to compare with).
 fn swift_async_report(async_trust: report_format::model::FrameTrust) -> Report {
     use report_format::model::FrameTrust::*;
@@ -547,7 +547,7 @@ fn swift_async_frames_print_as_apple_prints_any_frame_and_only_json_keeps_the_ma
     assert!(text.contains("\n2   iOSCrashingTest               \t       0x1007da345 0x1007d4000 + 25413\n"), "{text}");
     let json: serde_json::Value =
         serde_json::from_str(&render(&swift_async_report(Async), Layout::Modern, Format::Json)).unwrap();
-    assert_eq!(json["report"]["format_version"], serde_json::json!([2, 2]));
+    assert_eq!(json["report"]["format_version"], serde_json::json!([2, 3]));
     assert_eq!(json["report"]["threads"][0]["frame_trust"][2], "async");
     let frames = json["crash_log"]["threads"][0]["frames"].as_array().unwrap();
     let marks: Vec<&str> = frames.iter().map(|f| f["trust"].as_str().unwrap_or("")).collect();
