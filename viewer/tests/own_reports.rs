@@ -515,7 +515,7 @@ fn name_only_images_are_not_binary_images() {
 }
 
 /// The ios report whose crashed thread ran a Swift async function: frame 2 is `main`'s address + 1 found through
-/// the async context chain (trust `async`, format 2.2; rendered from a report the current encoder wrote: a resume function is stored as its entry + 1), as the
+/// the async context chain (trust `async`, format 2.2: a resume function is stored as its entry + 1), as the
 /// handler's walker stores it; `async_trust` is the trust of frame 2 (another value to compare with).
 fn swift_async_report(async_trust: report_format::model::FrameTrust) -> Report {
     use report_format::model::FrameTrust::*;
