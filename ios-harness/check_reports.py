@@ -27,6 +27,9 @@ Per trigger, what each check proves:
                     the report's MESSAGES section (the handler read the __crash_info sections)
   lock holder       (mallocLock) another thread's backtrace contains harness_hold_malloc_lock: the malloc locks
                     were really held by a live thread while the handler ran, and it still produced this report
+  hang              (mainThreadHang, a non-fatal report) META nf kind hang lasting past the 2 s threshold, no
+                    exception and no crashed thread, the report about thread 0 (main) with harness_trigger_hang on its
+                    stack: the run-loop observer and the watchdog saw the stall and captured it
 Checks marked "note" are printed but do not fail: fields the schema makes optional, and messages the OS runtime
 may or may not leave in __crash_info for exceptions and abort().
 
@@ -55,7 +58,7 @@ SHORT_VERSION, BUILD_VERSION = "1.0", "1"  # MARKETING_VERSION, CURRENT_PROJECT_
 
 @dataclass
 class Expect:
-    kind: str  # "swift-trap", "abort" or "bad-access"
+    kind: str  # "swift-trap", "abort", "bad-access" or "hang" (a non-fatal report, format 2.2 META nf)
     thread: str  # "main", "plain-thread" or "queue"
     function: str  # symbol on the crashed thread's backtrace
     source: str  # file the dSYM's line table names for that frame
@@ -100,6 +103,7 @@ EXPECTATIONS: dict[str, Expect] = {
     "mallocLock": Expect(
         "bad-access", "main", "harness_trigger_malloc_lock", "NativeTriggers.c", address=BAD_ADDRESS, frame0=True,
         other_thread_function="harness_hold_malloc_lock"),
+    "mainThreadHang": Expect("hang", "main", "harness_trigger_hang", "NativeTriggers.c"),
 }
 
 
@@ -149,6 +153,25 @@ def frame_names(thread: dict) -> list[tuple[str, str]]:
     return out
 
 
+def check_hang(res: Result, exp: Expect, doc: dict) -> None:
+    """A non-fatal hang report: META nf kind hang with a duration past the 2 s threshold, no exception, no thread
+    crashed, the thread it is about is the main thread, with the trigger function on its stack."""
+    report = doc.get("report") or {}
+    log = doc.get("crash_log") or {}
+    nf = (report.get("meta") or {}).get("non_fatal") or {}
+    exc = report.get("exception") or {}
+    threads = report.get("threads") or []
+    res.check(nf.get("kind") == "hang", "non-fatal hang", f"META nf {nf}")
+    res.check((nf.get("duration_ns") or 0) >= 2_000_000_000, "hang duration", f"{nf.get('duration_ns')} ns")
+    res.check(exc.get("signal") is None and exc.get("mach_type") is None and not any(t.get("crashed") for t in threads),
+              "no exception", f"exception {exc}, crashed {[t.get('index') for t in threads if t.get('crashed')]}")
+    res.check(nf.get("thread") == 0, "hung thread is main", f"nf thread {nf.get('thread')}")
+    main = next((t for t in log.get("threads") or [] if t.get("index") == 0), None)
+    names = frame_names(main) if main else []
+    res.check(any(exp.function in n for n, _ in names), "trigger function",
+              f"{exp.function} not on the main thread: {', '.join(n or '?' for n, _ in names[:12])}")
+
+
 def check_report(res: Result, exp: Expect, doc: dict, rc: int, stderr: str, bundle_id: str | None) -> None:
     report = doc.get("report") or {}
     log = doc.get("crash_log") or {}
@@ -164,6 +187,10 @@ def check_report(res: Result, exp: Expect, doc: dict, rc: int, stderr: str, bund
     want = (PROCESS_NAME, bundle_id or proc.get("bundle_id"), SHORT_VERSION, BUILD_VERSION)
     got = (proc.get("name"), proc.get("bundle_id"), proc.get("short_version"), proc.get("build_version"))
     res.check(got == want, "process", f"(name, bundle id, version, build) {got}, want {want}")
+
+    if exp.kind == "hang":
+        check_hang(res, exp, doc)
+        return
 
     # Exception.
     mach_ok, sig_ok = expected_exception(exp.kind, arch)

@@ -43,16 +43,26 @@ pub struct Config {
     pub stop_signal: Option<i32>,
     /// Size in bytes of the report file reserved at install (created in `report_dir`, filled with zeros, locked
     /// with `flock` for the life of the process; `crash::writer::take_reserved`). The first crash writes its report
-    /// into it: no file is created after the fault, the blocks are already allocated (so a full disk no longer
-    /// loses the report when it fits), and one `fdatasync` makes it durable. A larger report grows the file. 0: no
+    /// into it: no file is created after the fault, the blocks are already allocated (the report needs no new
+    /// blocks when it fits), and one `fdatasync` makes it durable. A larger report grows the file. 0: no
     /// reservation; every report file is created after the fault.
     pub reserved_report_bytes: usize,
+    /// Walkers preallocated for stacks on demand (`crate::stacks`), non-fatal reports and hang detection: how many
+    /// captures can run at once (a capture waits up to 10 ms for a walker, then fails with `Busy`). About 90 KiB of
+    /// heap each (the unwinder's 62 KiB row cache, a 12 KiB recipe cache, an 8 KiB reader block cache, a 512-frame
+    /// buffer) and a walk stack (`MAP_NORESERVE`; 32 KiB, 128 KiB in debug builds). Default 1; raise it when
+    /// several threads capture at once. 0 turns stacks on demand off (every capture then fails with
+    /// `NotInstalled`); the crash path never uses them.
+    pub capture_walkers: usize,
+    /// The real-time signal that asks a thread to walk its own stack for `crate::stacks::thread_stack` (Linux);
+    /// `None` picks `SIGRTMAX() - 5`. Reserved like the stop signal: the application must not use it.
+    pub capture_signal: Option<i32>,
 }
 
 impl Config {
     /// Defaults: 512 threads, 512 frames, 1024 images with 128 KiB of paths, 128 KiB alternate stack, 256 KiB
     /// crash stack, 1 s stop timeout, 10 s release timeout, a 64 KiB reserved report file (a report of 64 threads
-    /// × 32 frames with 300 images takes about 18 KB).
+    /// × 32 frames with 300 images takes about 18 KB), 1 walker for stacks on demand.
     pub fn new(report_dir: impl Into<PathBuf>) -> Self {
         Config {
             report_dir: report_dir.into(),
@@ -69,6 +79,8 @@ impl Config {
             release_timeout_ms: 10_000,
             stop_signal: None,
             reserved_report_bytes: 64 * 1024,
+            capture_walkers: 1,
+            capture_signal: None,
         }
     }
 }

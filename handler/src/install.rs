@@ -49,9 +49,12 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     }
 }
 
-/// Uninstalls the crash handler: restores the signal actions saved at install (the fatal signals and the stop
-/// signal), restores the previous alternate signal stack when called on the thread that installed, and closes the
-/// report directory and the spare descriptors. The preallocated buffers are kept (never freed), because another thread may be inside the
+/// Uninstalls the crash handler: stops the hang watchdog ([`crate::hangs::stop`]), restores the signal actions
+/// saved at install (the fatal signals and the stop signal; the capture signal of stacks on demand is set to
+/// `SIG_IGN` unless an application handler was there before, so a capture signal still queued cannot kill the
+/// process), restores the previous alternate signal stack when called on the thread that installed, and closes
+/// the report directory (once no non-fatal report is being written; left open if one does not finish in 10 s)
+/// and the spare descriptors. The preallocated buffers are kept (never freed), because another thread may be inside the
 /// handler at this moment; a later [`install`] allocates a fresh set.
 ///
 /// # Errors

@@ -2,8 +2,8 @@
 //! (Apple platforms).
 //!
 //! Public API: [`install()`] / [`uninstall()`] / [`refresh_images()`] with a [`Config`]; [`set_first_chance_handler`]
-//! for runtimes that recover from faults on purpose; [`test_hooks`] for the
-//! crash-test client. Module map:
+//! for runtimes that recover from faults on purpose; [`stacks::current_stack`] / [`stacks::thread_stack`] for
+//! stacks on demand; [`test_hooks`] for the crash-test client. Module map:
 //!
 //! - [`config`], [`error`], [`install`](mod@install) and the private `prealloc` (install time: may allocate and lock);
 //! - [`crash`]: the platform-neutral crash-path core: the one crash sequence both backends run
@@ -15,7 +15,13 @@
 //!   [`platform::darwin`]: the Apple platform's one home: its pure decoding (Mach messages, thread states, Mach-O,
 //!   `__crash_info`, dyld records) compiled and tested on every host, its FFI half compiled for Apple targets only).
 //!
-//! Crash-path code lives only in modules whose path contains `/crash/`, `/unwind/` or `/arch/`.
+//! - [`stacks`]: stacks on demand (the current thread's, or another thread's) with the crash path's unwinder, and
+//!   [`ondemand`], the signal-safe half they run on (the Linux capture signal's handler walks there);
+//!   [`symbols`]: on-device symbolication of such stacks;
+//! - [`nonfatal`]: non-fatal reports (every thread, written while the process goes on), and [`hangs`], the hang
+//!   watchdog that writes one per stall.
+//!
+//! Crash-path code lives only in modules whose path contains `/crash/`, `/unwind/`, `/arch/` or `/ondemand/`.
 
 /// Declares a module that runs after a fault, with the no-panic lints denied on it (tests excepted): no indexing,
 /// no `unwrap`/`expect`, no `panic!`, no unchecked arithmetic. The one place that lint set is written; every
@@ -40,10 +46,15 @@ crash_path_mod! { pub mod arch; }
 pub mod config;
 crash_path_mod! { pub mod crash; }
 pub mod error;
+pub mod hangs;
 pub mod install;
 mod language;
+pub mod nonfatal;
+crash_path_mod! { pub mod ondemand; }
 pub mod platform;
 mod prealloc;
+pub mod stacks;
+pub mod symbols;
 crash_path_mod! { pub mod unwind; }
 pub mod user_values;
 

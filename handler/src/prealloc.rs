@@ -297,3 +297,38 @@ pub(crate) fn writer_buffers(config: &crate::config::Config) -> Result<crate::cr
         used_images: RawBuf::new(leak_slice(config.max_images.div_ceil(64).max(1), 0u64)?),
     })
 }
+
+/// The walkers of stacks on demand ([`crate::ondemand::pool`]): `config.capture_walkers` of them, about 100 KiB
+/// each, each with a walk stack (`map_stack`, `WALK_STACK_BYTES`) and a non-blocking pipe of its own where
+/// `process_vm_readv` cannot read this process (Linux under
+/// qemu-user; see `crate::platform::linux::crash::memory`).
+///
+/// # Errors
+/// [`InstallError::OutOfMemory`].
+#[cfg(unix)]
+#[cfg_attr(not(target_os = "linux"), allow(unused_variables))]
+#[allow(unsafe_code)]
+pub(crate) fn capture_pool(config: &crate::config::Config) -> Result<crate::ondemand::pool::Pool, InstallError> {
+    use crate::ondemand::pool::{Entry, Pool};
+    #[cfg(target_os = "linux")]
+    let pipes = !crate::platform::linux::crash::memory::process_vm_readv_works();
+    let mut v: Vec<Entry> = Vec::new();
+    v.try_reserve_exact(config.capture_walkers).map_err(|_| InstallError::OutOfMemory)?;
+    for _ in 0..config.capture_walkers {
+        #[cfg(target_os = "linux")]
+        let pipe = if pipes {
+            let mut fds = [0i32; 2];
+            // SAFETY: valid out-array of two ints.
+            let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
+            (r == 0).then_some((fds[0], fds[1]))
+        } else {
+            None
+        };
+        #[cfg(not(target_os = "linux"))]
+        let pipe = None;
+        let (base, size) = map_stack(crate::ondemand::pool::WALK_STACK_BYTES)?;
+        // (Each walker may pass through the installing thread's stack on the way, about 100 KiB.)
+        v.push(Entry::new(pipe, (base + size) & !15));
+    }
+    Ok(Pool::new(Vec::leak(v)))
+}

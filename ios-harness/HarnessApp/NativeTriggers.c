@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 // Never inlined, never tail-calling: the function keeps its own frame and stays on the stack below its callee.
@@ -23,6 +24,16 @@ static inline __attribute__((always_inline)) void harness_write_bad_address(char
 
 HARNESS_FRAME void harness_trigger_abort(void) {
     abort();
+}
+
+// Work after the sleep, so the call is not a tail call and this frame stays on the stack while it sleeps.
+static volatile int harness_hang_sink;
+
+HARNESS_FRAME void harness_trigger_hang(unsigned seconds) {
+    struct timespec left = {(time_t)seconds, 0};
+    while (nanosleep(&left, &left) != 0) {
+    }
+    harness_hang_sink++;
 }
 
 HARNESS_FRAME void harness_trigger_bad_pointer(void) {

@@ -26,6 +26,10 @@ extern "C" {
 /// abort() from this frame: SIGABRT (EXC_CRASH), raised on the calling thread.
 void harness_trigger_abort(void);
 
+/// Blocks the calling thread (the main thread) for `seconds` seconds in this frame (nanosleep, resumed after
+/// signals): the main run loop makes no progress, which the hang watchdog reports.
+void harness_trigger_hang(unsigned seconds);
+
 /// Writes to HARNESS_BAD_ADDRESS from this frame.
 void harness_trigger_bad_pointer(void);
 

@@ -64,5 +64,13 @@ func harnessFire(_ trigger: HarnessTrigger) {
         harness_trigger_background_queue()
     case .mallocLock:
         harness_trigger_malloc_lock()
+    case .mainThreadHang:
+        let status = crash_reporter_start_hang_detection(2000, 0)
+        print("harness: crash_reporter_start_hang_detection(2000, 0) = \(status.rawValue)")
+        // Called from this run-loop timer's callout: the main run loop makes no progress for 5 s.
+        harness_trigger_hang(5)
+        // Waits for the watchdog (a report being written is finished), then leaves without a crash.
+        crash_reporter_stop_hang_detection()
+        exit(0)
     }
 }

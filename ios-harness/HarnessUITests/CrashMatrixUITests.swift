@@ -45,10 +45,14 @@ final class CrashMatrixUITests: XCTestCase {
     /// thread has taken, so any malloc in the crash handler deadlocks; the report arriving proves none happened.
     func testMallocLock() throws { try crashAndCollect(.mallocLock, environment: ["MallocNanoZone": "0"]) }
 
+    /// Not a crash: the main thread hangs for 5 s with hang detection on; the app exits normally afterwards, and the
+    /// relaunch uploads the one non-fatal hang report.
+    func testMainThreadHang() throws { try crashAndCollect(.mainThreadHang) }
+
     /// The triggers the tests above cover; a trigger added to HarnessTrigger without a test fails here.
     private static let tested: [HarnessTrigger] = [
         .swiftFatalError, .forceUnwrapNil, .arrayIndexOutOfRange, .nsException, .cppException, .abortCall,
-        .badPointer, .stackOverflow, .backgroundQueue, .mallocLock,
+        .badPointer, .stackOverflow, .backgroundQueue, .mallocLock, .mainThreadHang,
     ]
 
     func testEveryTriggerHasATest() {

@@ -27,6 +27,10 @@ enum HarnessTrigger: String, CaseIterable {
     case backgroundQueue
     /// A write to address 0xbad on the main thread while another thread holds every malloc zone's lock.
     case mallocLock
+    /// Not a crash: hang detection on (2 s threshold, the main run loop observed), then the main thread blocks for
+    /// 5 s inside `harness_trigger_hang()`; the watchdog writes one non-fatal `hang` report, and the app exits
+    /// normally afterwards (so the matrix's relaunch uploads it).
+    case mainThreadHang
 }
 
 /// Launch-argument names (`-name value` lands in UserDefaults' argument domain) and key/value names.

@@ -14,8 +14,8 @@ use crate::framing::{
     self, SectionKind, FILE_HEADER_LEN, FORMAT_MAJOR, MAX_SECTION_LEN, SECTION_HEADER_LEN, SECTION_SYNC,
 };
 use crate::model::{
-    Exception, FrameTrust, Image, ImageId, LanguageException, Message, Meta, Os, Process, Register, Repeat, Report,
-    ReportId, Thread,
+    Exception, FrameTrust, Image, ImageId, LanguageException, Message, Meta, NonFatal, Os, Process, Register, Repeat,
+    Report, ReportId, Thread,
 };
 use crate::regs;
 use serde::Deserialize;
@@ -759,6 +759,16 @@ struct WMeta {
     ic: Option<u32>,
     min: bool,
     note: Option<String>,
+    nf: Option<WNonFatal>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WNonFatal {
+    k: String,
+    r: Option<String>,
+    d: Option<u64>,
+    th: Option<u32>,
 }
 
 impl WMeta {
@@ -793,6 +803,7 @@ impl WMeta {
             image_count: self.ic,
             minimal: self.min,
             note: self.note,
+            non_fatal: self.nf.map(|n| NonFatal { kind: n.k, reason: n.r, duration_ns: n.d, thread: n.th }),
         })
     }
 }
@@ -1038,10 +1049,11 @@ mod tests {
 
     #[test]
     fn wire_structs_read_exactly_the_keys() {
-        let wire: [(&str, &[&str]); 13] = [
+        let wire: [(&str, &[&str]); 14] = [
             ("META", wire_keys::<WMeta>()),
             ("OS map", wire_keys::<WOs>()),
             ("Process map", wire_keys::<WProcess>()),
+            ("Non-fatal map", wire_keys::<WNonFatal>()),
             ("EXCEPTION", wire_keys::<WException>()),
             ("Language exception map", wire_keys::<WLanguageException>()),
             ("THREAD", wire_keys::<WThread>()),

@@ -26,8 +26,9 @@ pub const FORMAT_MAJOR: u16 = 2;
 /// 2.1 added EXCEPTION's `lx` map (the uncaught language exception or panic) and the `abort` and `app` message
 /// sources (SCHEMA.md §4.2.1, §4.5); a 2.0 reader ignores them. 2.2 added the frame trust value 6, `async` (a Swift
 /// async context's resume function, SCHEMA.md §4.3.2); a 2.0 or 2.1 reader reads those frames as frames of unknown
-/// trust.
-pub const FORMAT_MINOR: u16 = 2;
+/// trust. 2.3 added META's `nf` map (a non-fatal report: hang, manual, app; SCHEMA.md §4.1.1); an older 2.x reader
+/// ignores it and shows the report as a crash without an exception.
+pub const FORMAT_MINOR: u16 = 3;
 
 /// Size in bytes of the file header: magic (8), major (2), minor (2), CRC-32 of the first 12 bytes (4).
 pub const FILE_HEADER_LEN: usize = 16;

@@ -102,6 +102,9 @@ key_maps! {
         MINIMAL = "min";
         /// `str`, opt: how the report was made.
         NOTE = "note";
+        /// `map`, opt, format 2.3: present for a non-fatal report (the process went on), keys in
+        /// [`super::non_fatal`].
+        NON_FATAL = "nf";
     }
 
     /// Keys of META's `os` map (SCHEMA.md §4.1); every key optional.
@@ -134,6 +137,19 @@ key_maps! {
         BUILD_VERSION = "bv";
         /// `uint`: launch time, nanoseconds since the Unix epoch.
         LAUNCH_TIME = "lt";
+    }
+
+    /// Keys of META's `nf` map (SCHEMA.md §4.1.1; format 2.3); every key but `k` optional.
+    non_fatal "Non-fatal map" {
+        /// `str`: why the report was made: `hang`, `manual`, or `app`.
+        KIND = "k";
+        /// `str`, opt: the reason in words (the app's own text for `app` and `manual`; the stall for `hang`).
+        REASON = "r";
+        /// `uint`, opt: how long the stall had lasted when the threads were captured, nanoseconds (`hang`).
+        DURATION = "d";
+        /// `uint`, opt: index of the thread the report is about (the stalled main thread of a `hang`, the thread
+        /// that asked for a `manual` or `app` report).
+        THREAD = "th";
     }
 
     /// Keys of the EXCEPTION section's map (SCHEMA.md §4.2); every key optional.
@@ -286,7 +302,7 @@ mod tests {
 
     #[test]
     fn keys_are_unique_within_each_map_and_short() {
-        assert_eq!(MAPS.len(), 13);
+        assert_eq!(MAPS.len(), 14);
         for m in MAPS {
             assert!(!m.keys.is_empty(), "{}", m.name);
             for (i, k) in m.keys.iter().enumerate() {

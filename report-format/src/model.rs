@@ -93,6 +93,21 @@ pub struct Meta {
     pub minimal: bool,
     /// How the report was made.
     pub note: Option<String>,
+    /// Present for a non-fatal report (format 2.3): the process went on.
+    pub non_fatal: Option<NonFatal>,
+}
+
+/// What makes a report non-fatal (META `nf`, format 2.3, SCHEMA.md §4.1.1).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct NonFatal {
+    /// Why it was made: `hang`, `manual`, `app` (readers keep other values as written).
+    pub kind: String,
+    /// The reason in words.
+    pub reason: Option<String>,
+    /// How long the stall had lasted when the threads were captured, nanoseconds (hangs).
+    pub duration_ns: Option<u64>,
+    /// Index of the thread the report is about.
+    pub thread: Option<u32>,
 }
 
 /// Operating system.

@@ -44,6 +44,12 @@ pub fn to_bytes(report: &Report) -> Result<Vec<u8>, EncodeError> {
             image_count: m.image_count,
             minimal: m.minimal,
             note: b(&m.note),
+            non_fatal: m.non_fatal.as_ref().map(|n| encode::NonFatal {
+                kind: n.kind.as_bytes(),
+                reason: b(&n.reason),
+                duration_ns: n.duration_ns,
+                thread: n.thread,
+            }),
         })?;
     }
     if let Some(e) = &report.exception {

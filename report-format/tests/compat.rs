@@ -210,3 +210,23 @@ fn v2_1_fixture_reads_with_its_language_exception_and_trust() {
     assert_eq!(t0.frame_trust, vec![Context, Cfi, FramePointer, Scan, LinkRegister]);
     assert!(t0.frames_truncated);
 }
+
+// ---- format 2.2 (`data/report-v2.2.crashreport`: the 2.2 encoder's every-field case, see `data/README.md`) ----
+
+#[test]
+fn v2_2_fixture_reads_as_a_crash_with_its_trust() {
+    use report_format::model::FrameTrust::*;
+    let d = report_format::decode(include_bytes!("data/report-v2.2.crashreport")).expect("a 2.2 file decodes");
+    // The case's frames name an image index it leaves out on purpose: those are its only problems.
+    assert!(d.problems.iter().all(|p| format!("{p:?}").contains("FrameImageMissing")), "{:?}", d.problems);
+    let r = d.report;
+    assert_eq!(r.format_version, (2, 2));
+    let meta = r.meta.expect("meta");
+    assert_eq!(meta.non_fatal, None, "2.2 has no nf: every 2.2 report is a crash");
+    let e = r.exception.expect("exception");
+    assert_eq!((e.signal, e.si_code, e.crashed_thread), (Some(11), Some(-6), Some(0)));
+    assert_eq!(e.language.expect("lx").kind, "rust");
+    let t0 = r.threads.iter().find(|t| t.index == 0).expect("thread 0");
+    assert_eq!(t0.frame_trust, vec![Context, Cfi, FramePointer, Scan, LinkRegister]);
+    assert!(t0.frames_truncated);
+}

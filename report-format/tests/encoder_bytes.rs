@@ -11,8 +11,8 @@
 //! failure message.
 
 use report_format::encode::{
-    EncodeError, Encoder, Exception, Image, KeyValue, LanguageException, Message, Meta, Os, Process, Repeat, SinkError,
-    SliceSink, Thread, ID_KIND_BUILD_ID, ID_KIND_UUID,
+    EncodeError, Encoder, Exception, Image, KeyValue, LanguageException, Message, Meta, NonFatal, Os, Process, Repeat,
+    SinkError, SliceSink, Thread, ID_KIND_BUILD_ID, ID_KIND_UUID, NON_FATAL_HANG,
 };
 use report_format::framing::SectionKind;
 use std::path::PathBuf;
@@ -63,6 +63,12 @@ fn meta_all<'a>() -> Meta<'a> {
         image_count: Some(4),
         minimal: true,
         note: b"minimal: second fault in the handler",
+        non_fatal: Some(NonFatal {
+            kind: NON_FATAL_HANG,
+            reason: b"main thread unresponsive",
+            duration_ns: Some(2_345_000_000),
+            thread: Some(0),
+        }),
     }
 }
 
@@ -579,6 +585,7 @@ fn random_sweep() -> (usize, Vec<u8>) {
             image_count: rng.opt_u32(),
             minimal: rng.chance(2),
             note: t(12),
+            non_fatal: None,
         };
         let exception = Exception {
             mach_type: rng.opt_u32(),

@@ -6,8 +6,8 @@ use report_format::encode::{self, Encoder, KeyValue, Repeat as EncRepeat, ID_KIN
 use report_format::framing::{SectionKind, SECTION_HEADER_LEN};
 use report_format::keys::{self, section, KeyMap};
 use report_format::model::{
-    Exception, FrameTrust, Image, ImageId, LanguageException, Message, Meta, Os, Process, Register, Repeat, Report,
-    ReportId, Thread,
+    Exception, FrameTrust, Image, ImageId, LanguageException, Message, Meta, NonFatal, Os, Process, Register, Repeat,
+    Report, ReportId, Thread,
 };
 use report_format::regs;
 use serde::de::{self as de, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -46,6 +46,12 @@ fn encode_every_field() -> Vec<u8> {
         image_count: Some(3),
         minimal: true,
         note: b"minimal: second fault in the handler",
+        non_fatal: Some(encode::NonFatal {
+            kind: b"hang",
+            reason: b"main thread unresponsive for 2.35 s",
+            duration_ns: Some(2_345_000_000),
+            thread: Some(1),
+        }),
     })
     .expect("meta");
     enc.exception(&encode::Exception {
@@ -151,7 +157,7 @@ impl encode::ImageLookup for TwoImages {
 fn every_field_expected() -> Report {
     let names = regs::ARM64_NAMES;
     Report {
-        format_version: (2, 2),
+        format_version: (2, 3),
         meta: Some(Meta {
             report_id: ReportId(*b"\x6b\x5f\x0f\x36\x1a\x2d\x4c\x3e\x9b\x7a\x21\x04\xc8\xd1\x55\x90"),
             capture_time_ns: Some(1_763_700_000_123_456_789),
@@ -174,6 +180,12 @@ fn every_field_expected() -> Report {
             image_count: Some(3),
             minimal: true,
             note: Some("minimal: second fault in the handler".into()),
+            non_fatal: Some(NonFatal {
+                kind: "hang".into(),
+                reason: Some("main thread unresponsive for 2.35 s".into()),
+                duration_ns: Some(2_345_000_000),
+                thread: Some(1),
+            }),
         }),
         exception: Some(Exception {
             mach_type: Some(1),
@@ -385,6 +397,7 @@ fn the_encoder_writes_exactly_the_keys_in_order() {
         ("META", meta.keys()),
         ("OS map", meta.get(keys::meta::OS).keys()),
         ("Process map", meta.get(keys::meta::PROCESS).keys()),
+        ("Non-fatal map", meta.get(keys::meta::NON_FATAL).keys()),
         ("EXCEPTION", exception.keys()),
         ("Language exception map", exception.get(keys::exception::LANGUAGE_EXCEPTION).keys()),
         ("THREAD", thread.keys()),
@@ -507,7 +520,7 @@ fn schema_section_table_lists_exactly_the_section_kinds() {
 fn the_schema_parser_sees_what_it_must() {
     // Guards the two tests above against a parser that silently finds nothing.
     let tables = schema_tables();
-    assert!(tables.iter().any(|t| t.caption == "### 4.1 META" && t.rows.len() == 11));
+    assert!(tables.iter().any(|t| t.caption == "### 4.1 META" && t.rows.len() == 12));
     assert!(tables.iter().any(|t| t.caption.starts_with("Process map") && t.rows.len() == 9));
     assert!(tables.iter().any(|t| t.header.first().is_some_and(|h| h == "offset")), "framing tables");
     assert_eq!(key_cell("`tc`"), "tc");

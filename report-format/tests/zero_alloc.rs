@@ -6,8 +6,8 @@
 #![allow(unsafe_code)] // a global allocator is unsafe to implement
 
 use report_format::encode::{
-    Encoder, Exception, Image, ImageLookup, IndexedImage, KeyValue, LanguageException, Message, Meta, Os, Process,
-    SliceSink, Thread, ID_KIND_BUILD_ID, ID_KIND_UUID,
+    Encoder, Exception, Image, ImageLookup, IndexedImage, KeyValue, LanguageException, Message, Meta, NonFatal, Os,
+    Process, SliceSink, Thread, ID_KIND_BUILD_ID, ID_KIND_UUID,
 };
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -116,6 +116,7 @@ fn encoding_a_large_report_allocates_nothing() {
             image_count: Some(IMAGES as u32),
             minimal: false,
             note: b"",
+            non_fatal: Some(NonFatal { kind: b"hang", reason: b"stall", duration_ns: Some(1), thread: Some(0) }),
         })
         .expect("meta");
         enc.exception(&Exception {

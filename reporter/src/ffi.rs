@@ -38,6 +38,12 @@ pub enum CrashReporterStatus {
     AppInfoUnavailable = 9,
     /// An unexpected internal failure (a caught panic).
     Internal = 10,
+    /// Every capture walker was in use (more threads capturing at once than `Config::capture_walkers`); try again.
+    Busy = 11,
+    /// The thread is not one of this process's, or it exited.
+    NoSuchThread = 12,
+    /// The thread did not answer the capture request in time.
+    Timeout = 13,
 }
 
 fn status(e: &Error) -> CrashReporterStatus {
@@ -207,4 +213,202 @@ pub unsafe extern "C" fn crash_reporter_upload_pending(delivered: *mut u32) -> C
 pub extern "C" fn crash_reporter_pending_count() -> u32 {
     let n = std::panic::catch_unwind(|| REPORTER.get().and_then(|r| r.pending_reports().ok()).map_or(0, |v| v.len()));
     n.map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+fn capture_status(e: handler::stacks::CaptureError) -> CrashReporterStatus {
+    use handler::stacks::CaptureError as E;
+    match e {
+        E::NotInstalled => CrashReporterStatus::NotEnabled,
+        E::Busy => CrashReporterStatus::Busy,
+        E::NoSuchThread => CrashReporterStatus::NoSuchThread,
+        E::Timeout => CrashReporterStatus::Timeout,
+        E::Os(_) | E::NoRegisters => CrashReporterStatus::Internal,
+    }
+}
+
+/// Fills `frames` (room for `capacity` addresses) with the calling thread's return addresses, innermost first:
+/// `frames[0]` returns into the function that called this one, as `backtrace(3)` lists them, after leaving out the
+/// `skip` innermost frames of the caller (0: none; a wrapper that wants to leave itself out passes 1 and must not
+/// be inlined). Writes how many were stored to `*count` and whether the stack was deeper than `capacity` to
+/// `*truncated` (either may be NULL). Uses the crash handler's unwinder; a stack captured before costs a few
+/// nanoseconds per frame. Never allocates or takes a lock; callable from any thread, including a signal handler.
+/// Needs `crash_reporter_enable` first (`CRASH_REPORTER_STATUS_NOT_ENABLED` before), and returns
+/// `CRASH_REPORTER_STATUS_BUSY` when every capture walker is in use. `CRASH_REPORTER_STATUS_INVALID_ARGUMENT` when
+/// `capacity` is more than `PTRDIFF_MAX / 8` (no buffer is that large), before anything else.
+///
+/// # Safety
+/// `frames` points to `capacity` writable `uint64_t` (it may be NULL when `capacity` is 0); `count` and `truncated`
+/// are NULL or point to writable values.
+#[no_mangle]
+#[inline(never)]
+pub unsafe extern "C" fn crash_reporter_current_stack(
+    frames: *mut u64,
+    capacity: usize,
+    skip: usize,
+    count: *mut usize,
+    truncated: *mut bool,
+) -> CrashReporterStatus {
+    // Not through `guard`: its unwind catcher adds frames, and nothing here panics.
+    if !capacity_fits(capacity) {
+        return CrashReporterStatus::InvalidArgument;
+    }
+    let out: &mut [u64] = if capacity == 0 || frames.is_null() {
+        &mut []
+    } else {
+        // SAFETY: non-null and, by this function's contract, `capacity` writable u64 values.
+        unsafe { std::slice::from_raw_parts_mut(frames, capacity) }
+    };
+    // This function's own frame is left out too.
+    let status = match handler::stacks::current_stack_skipping(out, skip.saturating_add(1)) {
+        Ok(c) => {
+            // SAFETY: NULL or writable, by this function's contract.
+            unsafe { write_capture(count, truncated, c) };
+            CrashReporterStatus::Ok
+        }
+        Err(e) => capture_status(e),
+    };
+    std::hint::black_box(status)
+}
+
+/// Fills `frames` (room for `capacity` addresses) with thread `thread_id`'s stack, innermost first: `frames[0]` is
+/// the pc where the thread was interrupted, then its return addresses. `thread_id` is a kernel thread id of this
+/// process (`crash_reporter_current_thread_id` on that thread; Linux `gettid()`; Apple `pthread_threadid_np`).
+/// Waits at most `timeout_ms` milliseconds for the thread to answer (Linux: it walks its own stack in the handler
+/// of the capture signal; Apple: the thread is suspended while it is walked, never waited for). Writes the count
+/// and the truncation flag as `crash_reporter_current_stack` does. Allocation-free and lock-free; not for signal
+/// handlers (it waits). `CRASH_REPORTER_STATUS_NO_SUCH_THREAD`, `CRASH_REPORTER_STATUS_TIMEOUT`,
+/// `CRASH_REPORTER_STATUS_BUSY` or `CRASH_REPORTER_STATUS_NOT_ENABLED` when no stack was captured.
+///
+/// `CRASH_REPORTER_STATUS_INVALID_ARGUMENT` for a `capacity` above `PTRDIFF_MAX / 8`.
+///
+/// # Safety
+/// As `crash_reporter_current_stack`.
+#[no_mangle]
+pub unsafe extern "C" fn crash_reporter_thread_stack(
+    thread_id: u64,
+    frames: *mut u64,
+    capacity: usize,
+    timeout_ms: u32,
+    count: *mut usize,
+    truncated: *mut bool,
+) -> CrashReporterStatus {
+    guard(|| {
+        if !capacity_fits(capacity) {
+            return CrashReporterStatus::InvalidArgument;
+        }
+        let out: &mut [u64] = if capacity == 0 || frames.is_null() {
+            &mut []
+        } else {
+            // SAFETY: non-null and, by this function's contract, `capacity` writable u64 values.
+            unsafe { std::slice::from_raw_parts_mut(frames, capacity) }
+        };
+        let timeout = std::time::Duration::from_millis(u64::from(timeout_ms));
+        match handler::stacks::thread_stack(thread_id, out, timeout) {
+            Ok(c) => {
+                // SAFETY: NULL or writable, by this function's contract.
+                unsafe { write_capture(count, truncated, c) };
+                CrashReporterStatus::Ok
+            }
+            Err(e) => capture_status(e),
+        }
+    })
+}
+
+/// The calling thread's id as `crash_reporter_thread_stack` takes it.
+#[no_mangle]
+pub extern "C" fn crash_reporter_current_thread_id() -> u64 {
+    handler::stacks::current_thread_id()
+}
+
+/// Whether `capacity` `u64` values can be one buffer: a slice may span at most `isize::MAX` bytes
+/// (`std::slice::from_raw_parts_mut`'s safety contract), so a larger capacity is a caller's error, never a buffer.
+fn capacity_fits(capacity: usize) -> bool {
+    capacity <= isize::MAX as usize / core::mem::size_of::<u64>()
+}
+
+/// Stores a capture's count and truncation flag where asked.
+///
+/// # Safety
+/// `count` and `truncated` are NULL or writable.
+unsafe fn write_capture(count: *mut usize, truncated: *mut bool, c: handler::stacks::Captured) {
+    if !count.is_null() {
+        // SAFETY: non-null and writable by the caller's contract.
+        unsafe { *count = c.len };
+    }
+    if !truncated.is_null() {
+        // SAFETY: as above.
+        unsafe { *truncated = c.truncated };
+    }
+}
+
+/// Writes a non-fatal report now: every thread's stack, in the crash report format (a report marked non-fatal,
+/// kind `app` with `reason`, or `manual` when `reason` is NULL), into the pending reports, uploaded like a crash
+/// report. Blocks while the threads are captured and the file is made durable (milliseconds; a thread that does
+/// not answer costs at most 200 ms). `CRASH_REPORTER_STATUS_BUSY` when another non-fatal report is being written.
+///
+/// # Safety
+/// `reason` is NULL or a NUL-terminated UTF-8 string valid for reads during the call.
+#[no_mangle]
+pub unsafe extern "C" fn crash_reporter_report_non_fatal(reason: *const c_char) -> CrashReporterStatus {
+    guard(|| {
+        // SAFETY: the caller passes a valid string or NULL.
+        let Ok(reason) = (unsafe { opt_str(reason) }) else { return CrashReporterStatus::InvalidArgument };
+        if REPORTER.get().is_none() {
+            return CrashReporterStatus::NotEnabled;
+        }
+        match handler::nonfatal::report(reason) {
+            Ok(_) => CrashReporterStatus::Ok,
+            Err(handler::nonfatal::NonFatalError::Busy) => CrashReporterStatus::Busy,
+            Err(handler::nonfatal::NonFatalError::NotInstalled) => CrashReporterStatus::NotEnabled,
+            Err(handler::nonfatal::NonFatalError::Io(_)) => CrashReporterStatus::StorageError,
+            Err(_) => CrashReporterStatus::Internal,
+        }
+    })
+}
+
+/// Starts hang detection: when the watched thread (the calling one: call this on the thread that runs the event
+/// loop; on Apple platforms the main thread) makes no progress for longer than `threshold_ms` milliseconds, a
+/// watchdog thread writes a non-fatal `hang` report with every thread's stack, once per stall. `slow_frame_ms`
+/// (0: off) counts shorter stalls as slow frames. On Apple platforms a run-loop observer on the main run loop
+/// tells the watchdog about progress; elsewhere the event loop calls `crash_reporter_heartbeat` and
+/// `crash_reporter_idle`. `CRASH_REPORTER_STATUS_INVALID_ARGUMENT` for a zero threshold,
+/// `CRASH_REPORTER_STATUS_ALREADY_ENABLED` when it already runs.
+#[no_mangle]
+pub extern "C" fn crash_reporter_start_hang_detection(threshold_ms: u32, slow_frame_ms: u32) -> CrashReporterStatus {
+    guard(|| {
+        let Some(r) = REPORTER.get() else { return CrashReporterStatus::NotEnabled };
+        if threshold_ms == 0 {
+            return CrashReporterStatus::InvalidArgument;
+        }
+        let config = crate::HangConfig {
+            threshold: std::time::Duration::from_millis(u64::from(threshold_ms)),
+            slow_frame: (slow_frame_ms > 0).then(|| std::time::Duration::from_millis(u64::from(slow_frame_ms))),
+            ..crate::HangConfig::default()
+        };
+        match r.start_hang_detection(&config) {
+            Ok(()) => CrashReporterStatus::Ok,
+            Err(crate::HangError::AlreadyRunning) => CrashReporterStatus::AlreadyEnabled,
+            Err(crate::HangError::InvalidConfig) => CrashReporterStatus::InvalidArgument,
+            Err(crate::HangError::NotInstalled) => CrashReporterStatus::NotEnabled,
+            Err(crate::HangError::Spawn(_)) => CrashReporterStatus::Internal,
+        }
+    })
+}
+
+/// Stops hang detection (a hang report being written is finished first).
+#[no_mangle]
+pub extern "C" fn crash_reporter_stop_hang_detection() {
+    let _ = std::panic::catch_unwind(handler::hangs::stop);
+}
+
+/// The event loop made progress (call it each time it handles something). One atomic store and increment.
+#[no_mangle]
+pub extern "C" fn crash_reporter_heartbeat() {
+    handler::hangs::heartbeat();
+}
+
+/// The event loop is about to wait for its next event (waiting is not a hang). One atomic store and increment.
+#[no_mangle]
+pub extern "C" fn crash_reporter_idle() {
+    handler::hangs::idle();
 }

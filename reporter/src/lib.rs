@@ -24,6 +24,8 @@ pub mod store;
 pub mod upload;
 
 pub use app::AppInfo;
+pub use handler::hangs::{heartbeat, idle, HangConfig, HangError, HangStats};
+pub use handler::nonfatal::{NonFatalError, ReportId};
 pub use handler::set_crash_reason;
 pub use store::{PendingReport, Store};
 pub use upload::{Summary, UploadPolicy};
@@ -220,6 +222,37 @@ impl Reporter {
         self.loop_summary.as_ref()
     }
 
+    /// Writes a non-fatal report now (every thread's stack, format 2.3 META `nf`) into the pending reports: kind
+    /// `app` with `reason`, or `manual` without. It is uploaded like a crash report (at the next launch, or by
+    /// [`Reporter::upload_pending`]). See `handler::nonfatal::report`.
+    ///
+    /// # Errors
+    /// [`NonFatalError`].
+    pub fn report_non_fatal(&self, reason: Option<&str>) -> Result<ReportId, NonFatalError> {
+        handler::nonfatal::report(reason)
+    }
+
+    /// Starts hang detection: a watchdog writes a non-fatal `hang` report when the watched thread (by default the
+    /// calling one: call it on the thread that runs the event loop) makes no progress for longer than
+    /// `config.threshold`. The event loop tells its progress with [`heartbeat`] and [`idle`]; on Apple platforms a
+    /// run-loop observer on the main run loop does that too (type-checked only). See `handler::hangs`.
+    ///
+    /// # Errors
+    /// [`HangError`].
+    pub fn start_hang_detection(&self, config: &HangConfig) -> Result<(), HangError> {
+        handler::hangs::start(config)?;
+        #[cfg(target_vendor = "apple")]
+        {
+            let _ = handler::platform::darwin::runloop::observe_main_run_loop();
+        }
+        Ok(())
+    }
+
+    /// Stops hang detection (a hang report being written is finished first).
+    pub fn stop_hang_detection(&self) {
+        handler::hangs::stop();
+    }
+
     /// The limits in force.
     pub fn limits(&self) -> &Limits {
         &self.limits
@@ -238,14 +271,20 @@ fn swap_launch_marker(root: &Path, now: u64) -> Option<u64> {
     prev
 }
 
-/// True when the newest pending report was captured within `window` of the previous launch.
+/// True when the newest pending crash report was captured within `window` of the previous launch. Non-fatal
+/// reports (format 2.3 META `nf`: a hang, one the app asked for) are not crashes: they are passed over.
 fn is_crash_loop(store: &Store, prev_launch_ns: Option<u64>, window: Duration) -> bool {
     let Some(launch) = prev_launch_ns else { return false };
     let Ok(pending) = store.pending() else { return false };
-    let Some(newest) = pending.first() else { return false };
-    let Ok(bytes) = std::fs::read(&newest.path) else { return false };
-    let captured = report_format::decode(&bytes).ok().and_then(|d| d.report.meta.and_then(|m| m.capture_time_ns));
-    captured.is_some_and(|t| t >= launch && t - launch <= window.as_nanos() as u64)
+    let newest_crash = pending.iter().find_map(|r| {
+        let bytes = std::fs::read(&r.path).ok()?;
+        let meta = report_format::decode(&bytes).ok()?.report.meta;
+        match meta {
+            Some(m) if m.non_fatal.is_some() => None,
+            other => Some(other.and_then(|m| m.capture_time_ns)),
+        }
+    });
+    newest_crash.flatten().is_some_and(|t| t >= launch && t - launch <= window.as_nanos() as u64)
 }
 
 impl Builder {
@@ -387,6 +426,17 @@ mod tests {
         assert!(is_crash_loop(&s, Some(launch), Duration::from_secs(5)));
         assert!(!is_crash_loop(&s, None, Duration::from_secs(5)), "first launch ever");
         assert!(!is_crash_loop(&s, Some(launch), Duration::from_secs(1)));
+        // A non-fatal report right after launch (a hang, one the app asked for) is not a crash: passed over.
+        std::fs::remove_file(s.pending_dir().join("a.crashreport")).expect("rm");
+        let meta = report_format::model::Meta {
+            capture_time_ns: Some(launch + 1_000_000_000),
+            non_fatal: Some(report_format::model::NonFatal { kind: "hang".into(), ..Default::default() }),
+            ..Default::default()
+        };
+        let r = report_format::Report { format_version: (2, 3), meta: Some(meta), ..Default::default() };
+        std::fs::write(s.pending_dir().join("b.crashreport"), report_format::owned::to_bytes(&r).expect("enc"))
+            .expect("w");
+        assert!(!is_crash_loop(&s, Some(launch), Duration::from_secs(5)), "a hang is not a crash loop");
         assert_eq!(swap_launch_marker(dir.path(), 7), None);
         assert_eq!(swap_launch_marker(dir.path(), 9), Some(7));
     }

@@ -31,6 +31,15 @@ fn c_header_is_up_to_date() {
         "crash_reporter_remove_value",
         "crash_reporter_upload_pending",
         "crash_reporter_pending_count",
+        "crash_reporter_current_stack",
+        "crash_reporter_thread_stack",
+        "crash_reporter_current_thread_id",
+        "crash_reporter_report_non_fatal",
+        "crash_reporter_start_hang_detection",
+        "crash_reporter_stop_hang_detection",
+        "crash_reporter_heartbeat",
+        "crash_reporter_idle",
+        "CRASH_REPORTER_STATUS_TIMEOUT",
         "CRASH_REPORTER_STATUS_OK",
     ] {
         assert!(generated.contains(f), "{f} missing from the header");

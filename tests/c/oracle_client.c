@@ -10,6 +10,12 @@
  *   assert    a failing assert() in `check_value()`, called by `do_assert()`, called by main.
  *   thread    NULL write in `crash_on_thread()` <- `worker_step()` <- `worker_main()` on a pthread_create thread,
  *             while main waits in pthread_join.
+ *   ondemand  stacks on demand first: main captures every helper thread's stack with `crash_reporter_thread_stack`
+ *             and its own with `crash_reporter_current_stack` (in `capture_own()`), prints them as
+ *             `ONDEMAND <tid> <hex>...` and `ONDEMAND_SELF <tid> <hex>...`, waits until the helpers are parked in
+ *             their calls again, then crashes as `leaf` does. The test compares the helpers' on-demand stacks with
+ *             the debugger's at the crash (the helpers have not moved), and main's own with the debugger's callers
+ *             of `main`.
  *
  * Built by the test with `cc -O2 -g`, once with -fno-omit-frame-pointer and once with -fomit-frame-pointer. Every
  * function the test expects in a backtrace is `noinline, noclone` and does some work after its call, so the call
@@ -240,6 +246,40 @@ NOINLINE void worker_step(void) {
   sink++;
 }
 
+/* Prints `<tag> <tid> <hex frame>...` on one line. */
+static void print_frames(const char *tag, long t, const uint64_t *frames, size_t n) {
+  printf("%s %ld", tag, t);
+  for (size_t i = 0; i < n; i++) printf(" %llx", (unsigned long long)frames[i]);
+  printf("\n");
+  fflush(stdout);
+}
+
+NOINLINE void capture_own(void) {
+  uint64_t frames[256];
+  size_t n = 0;
+  bool cut = true;
+  if (crash_reporter_current_stack(frames, 256, 0, &n, &cut) != CRASH_REPORTER_STATUS_OK || cut) exit(6);
+  print_frames("ONDEMAND_SELF", tid(), frames, n);
+  sink++;
+}
+
+static void capture_helpers(void) {
+  static const enum blocking_call calls[3] = {CALL_FUTEX, CALL_NANOSLEEP, CALL_READ};
+  for (int i = 0; i < 3; i++) {
+    uint64_t frames[256];
+    size_t n = 0;
+    bool cut = true;
+    enum CrashReporterStatus s = crash_reporter_thread_stack((uint64_t)helper_tids[i], frames, 256, 10000, &n, &cut);
+    if (s != CRASH_REPORTER_STATUS_OK || cut) {
+      fprintf(stderr, "crash_reporter_thread_stack(%ld) failed: %d\n", (long)helper_tids[i], (int)s);
+      exit(6);
+    }
+    print_frames("ONDEMAND", helper_tids[i], frames, n);
+  }
+  /* The capture signal interrupted each helper's call; wait until every one is back in it. */
+  for (int i = 0; i < 3; i++) wait_blocked(helper_tids[i], calls[i]);
+}
+
 static long main_tid;
 
 NOINLINE void *worker_main(void *arg) {
@@ -266,7 +306,11 @@ int main(int argc, char **argv) {
   main_tid = tid();
   say("MAIN_TID", main_tid);
   if (strcmp(scenario, "thread") != 0) say("FAULT_TID", tid());
-  if (strcmp(scenario, "leaf") == 0) {
+  if (strcmp(scenario, "ondemand") == 0) {
+    capture_own();
+    capture_helpers();
+    sink += top(null_ptr);
+  } else if (strcmp(scenario, "leaf") == 0) {
     sink += top(null_ptr);
   } else if (strcmp(scenario, "memcpy") == 0) {
     do_copy();

@@ -7,7 +7,10 @@
 //! - `tests/c/oracle_client.c`, compiled here with `cc -O2 -g`, once with `-fno-omit-frame-pointer` and once with
 //!   `-fomit-frame-pointer`, linked against the reporter's static library through its C ABI
 //!   (`reporter/include/crash_reporter.h`). Three helper threads are blocked in `pthread_cond_wait`, `nanosleep`
-//!   and `read` on a pipe in every scenario, so threads other than the crashed one are compared too.
+//!   and `read` on a pipe in every scenario, so threads other than the crashed one are compared too. Its `ondemand`
+//!   scenario checks stacks on demand (`handler::stacks`) the same way: before crashing, the client captures the
+//!   three helpers with `crash_reporter_thread_stack` and itself with `crash_reporter_current_stack`; the helpers'
+//!   on-demand stacks replace the report's before the comparison, and its own must be gdb's callers of `main`.
 //! - the Rust crash client (`src/bin/crash-client`) with a few representative triggers.
 //!
 //! `libreporter.a`: Cargo builds no staticlib for a dependency, so this test runs
@@ -47,7 +50,9 @@
 //! - cases run one at a time ([`one_at_a_time`]).
 #![cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
 
-use crash_tests::oracle::{compare, find_gdb, run_under_gdb, Emulator, FrameKind, GdbRun, GdbThread, Tolerated};
+use crash_tests::oracle::{
+    compare, find_gdb, run_under_gdb, Emulator, FrameKind, GdbFrame, GdbRun, GdbThread, Tolerated,
+};
 use report_format::model::Report;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -275,6 +280,56 @@ struct Case<'a> {
     gdb_chain: &'static [&'static str],
     /// Threads gdb must see, at least.
     min_threads: usize,
+    /// Stacks on demand: the client printed `ONDEMAND <tid> <frames>` for every helper thread (captured with
+    /// `crash_reporter_thread_stack` before the crash) and `ONDEMAND_SELF` for its own; those stacks replace the
+    /// crash report's for the helpers before the comparison, and the self capture is checked against gdb's
+    /// callers of `main`.
+    on_demand: bool,
+}
+
+/// The `ONDEMAND` lines (`tag tid hex...`) of the client's output, by thread id.
+fn on_demand_lines(log: &str, tag: &str) -> Vec<(u64, Vec<u64>)> {
+    log.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            if w.next()? != tag {
+                return None;
+            }
+            let tid = w.next()?.parse().ok()?;
+            let frames = w.map(|h| u64::from_str_radix(h, 16)).collect::<Result<Vec<_>, _>>().ok()?;
+            Some((tid, frames))
+        })
+        .collect()
+}
+
+/// Puts the helpers' on-demand stacks in place of the crash report's, checks the client's own on-demand stack
+/// against gdb's callers of `main`; returns how many threads were substituted.
+fn substitute_on_demand(run: &GdbRun, report: &mut Report, ctx: &str) -> usize {
+    let helpers = on_demand_lines(&run.log, "ONDEMAND");
+    assert_eq!(helpers.len(), 3, "one on-demand stack per helper thread; {ctx}");
+    for (tid, frames) in &helpers {
+        let t = report.threads.iter_mut().find(|t| t.id == Some(*tid)).expect("helper thread in the report");
+        assert!(!frames.is_empty(), "{ctx}");
+        t.frames = frames.clone();
+        t.repeats.clear();
+        t.frame_trust.clear();
+        t.frames_truncated = false;
+    }
+    // The client's own capture, from `capture_own` called by `main`: [into capture_own, into main, main's callers].
+    let own = on_demand_lines(&run.log, "ONDEMAND_SELF");
+    let [(tid, frames)] = own.as_slice() else { panic!("one ONDEMAND_SELF line expected; {ctx}") };
+    let g = run.threads.iter().find(|t| t.lwp == *tid).expect("main thread in gdb's view");
+    let physical: Vec<&GdbFrame> =
+        g.frames.iter().filter(|f| !matches!(f.kind, FrameKind::Inline | FrameKind::Tailcall)).collect();
+    let at_main = physical.iter().position(|f| f.name == "main").expect("gdb shows main");
+    let theirs: Vec<u64> = physical[at_main + 1..].iter().map(|f| f.pc).collect();
+    assert!(frames.len() > 2, "{ctx}");
+    assert_eq!(
+        &frames[2..],
+        &theirs[..],
+        "current_stack's callers of main differ from gdb's: ours {frames:x?}, gdb's after main {theirs:x?}; {ctx}"
+    );
+    helpers.len()
 }
 
 fn physical(t: &GdbThread) -> Vec<&str> {
@@ -354,7 +409,8 @@ fn check(gdb: &Path, case: &Case, scratch: &Path) {
         assert_eq!(t.unwind_end, "outermost", "gdb's unwind of thread {} ended early; {ctx}", t.lwp);
     }
 
-    let report = decode_one(&case.report_dir, &ctx);
+    let mut report = decode_one(&case.report_dir, &ctx);
+    let substituted = if case.on_demand { substitute_on_demand(&run, &mut report, &ctx) } else { 0 };
     let crashed = report.crashed_thread().expect("crashed thread");
     assert_eq!(crashed.id, Some(fault_tid), "the report's crashed thread; {ctx}");
     assert_eq!(report.exception.as_ref().and_then(|e| e.signal), Some(case.signal), "{ctx}");
@@ -365,7 +421,7 @@ fn check(gdb: &Path, case: &Case, scratch: &Path) {
         assert!(skipped.is_empty(), "{}: threads not parked at gdb's stop: {skipped:?}; {ctx}", case.what);
     }
     eprintln!(
-        "{}: {} threads compared in {:.2} s; tolerated: {:?}",
+        "{}: {} threads compared ({substituted} of them from stacks on demand) in {:.2} s; tolerated: {:?}",
         case.what,
         run.threads.len(),
         start.elapsed().as_secs_f64(),
@@ -410,6 +466,7 @@ fn c_case(scenario: &str, fp: Fp) {
     let (signal, signal_name, chain): (i32, &str, &'static [&'static str]) = match scenario {
         "leaf" => (SIGSEGV, "SIGSEGV", &["leaf", "middle", "top", "main"]),
         "memcpy" => (SIGSEGV, "SIGSEGV", &["copy_in", "do_copy", "main"]),
+        "ondemand" => (SIGSEGV, "SIGSEGV", &["leaf", "middle", "top", "main"]),
         "abort" => (SIGABRT, "SIGABRT", &["fail_hard", "do_abort", "main"]),
         "assert" => (SIGABRT, "SIGABRT", &["check_value", "do_assert", "main"]),
         // Threads created after install start in the handler's `pthread_create` wrapper
@@ -431,6 +488,7 @@ fn c_case(scenario: &str, fp: Fp) {
         gdb_chain: chain,
         // main + three helpers (+ the crashing thread in `thread`).
         min_threads: if scenario == "thread" { 5 } else { 4 },
+        on_demand: scenario == "ondemand",
     };
     check(&gdb, &case, &base.path().join("gdb"));
 }
@@ -460,6 +518,7 @@ fn rust_case(
         all_parked,
         gdb_chain: chain,
         min_threads: 1,
+        on_demand: false,
     };
     check(&gdb, &case, &base.path().join("gdb"));
 }
@@ -512,6 +571,18 @@ fn c_thread_with_fp() {
 #[test]
 fn c_thread_without_fp() {
     c_case("thread", Fp::Without);
+}
+
+/// Stacks on demand of other threads (`crash_reporter_thread_stack`: each helper walks its own stack in the
+/// capture signal's handler) must be the frames gdb shows for those threads, exactly as the crash report's must.
+#[test]
+fn c_ondemand_with_fp() {
+    c_case("ondemand", Fp::With);
+}
+
+#[test]
+fn c_ondemand_without_fp() {
+    c_case("ondemand", Fp::Without);
 }
 
 #[test]

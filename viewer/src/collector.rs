@@ -69,7 +69,10 @@ fn analysis_of(loaded: &Loaded) -> Result<Analysis, String> {
         (None, Some(b)) => Some(format!("({b})")),
         (None, None) => None,
     };
-    let exception = log.exception.exception_type.clone().or_else(|| {
+    // A non-fatal report (format 2.3) groups by its kind (`hang (non-fatal)`) and the stack of the thread it is
+    // about (the triggered thread below): hangs blocked in the same place form one group.
+    let non_fatal = log.event.as_ref().map(|e| format!("{} (non-fatal)", e.kind));
+    let exception = log.exception.exception_type.clone().or(non_fatal).or_else(|| {
         let e = decoded.report.exception.as_ref()?;
         let os = if meta.is_none_or(|m| m.os.is_apple()) { SignalOs::Darwin } else { SignalOs::Linux };
         let sig = e.signal?;
@@ -205,6 +208,37 @@ mod tests {
         assert_eq!(app_dir("/Applications/My.app/Contents/MacOS/My"), Some("/Applications/My.app/"));
         assert_eq!(app_dir("/home/u/build/crash-client"), Some("/home/u/build/"));
         assert_eq!(app_dir("/crash-client"), None);
+    }
+
+    /// A hang report groups as `hang (non-fatal)` with the stalled thread's frames (no thread crashed).
+    #[test]
+    fn a_non_fatal_report_groups_by_its_kind_and_the_thread_it_is_about() {
+        use report_format::model::{Exception, Image, Meta, NonFatal, Report, Thread};
+        let report = Report {
+            format_version: (2, 3),
+            meta: Some(Meta {
+                non_fatal: Some(NonFatal { kind: "hang".into(), thread: Some(1), ..NonFatal::default() }),
+                ..Meta::default()
+            }),
+            exception: Some(Exception::default()),
+            threads: vec![
+                Thread { index: 0, frames: vec![0x1000], ..Thread::default() },
+                Thread { index: 1, frames: vec![0x1010, 0x1020], ..Thread::default() },
+            ],
+            images: vec![Image {
+                index: 0,
+                path: Some("/opt/app/bin/app".into()),
+                name: "app".into(),
+                load_address: 0x1000,
+                size: 0x100,
+                ..Image::default()
+            }],
+            ..Report::default()
+        };
+        let bytes = report_format::owned::to_bytes(&report).expect("encodes");
+        let a = ViewerAnalyzer.analyze(&bytes, &[]).expect("analysis");
+        assert_eq!(a.exception.as_deref(), Some("hang (non-fatal)"));
+        assert_eq!(a.crashed_frames.len(), 2, "{:?}", a.crashed_frames);
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub struct CrashLog {
     pub header: Header,
     /// Exception block.
     pub exception: ExceptionInfo,
+    /// A non-fatal report's event (our reports' META `nf`, format 2.3): printed where a crash's exception lines
+    /// are. `None` for a crash.
+    pub event: Option<EventLog>,
     /// Index (in `threads`' numbering) of the thread that crashed.
     pub triggered_thread: Option<u32>,
     /// Application Specific Information lines.
@@ -72,6 +75,19 @@ pub struct CrashLog {
     pub problems: Vec<String>,
     /// Symbolication notes (debug files not used and why).
     pub symbol_notes: Vec<String>,
+}
+
+/// Why a non-fatal report was made (the process went on): the lines printed instead of the exception block, after
+/// the `Event:` and `Duration:` lines of Apple's hang reports (spindump's `.hang` files).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EventLog {
+    /// `hang`, `manual`, `app` (as the report says).
+    pub kind: String,
+    /// How long the main thread had made no progress, as spindump prints it: seconds with two decimals and `s`
+    /// (`2.41s`); hangs only.
+    pub duration: Option<String>,
+    /// The reason in words.
+    pub reason: Option<String>,
 }
 
 /// The uncaught language exception or panic that ended the process.
@@ -347,6 +363,7 @@ impl CrashLog {
             flavor,
             header: Header::default(),
             exception: ExceptionInfo::default(),
+            event: None,
             triggered_thread: None,
             asi: Vec::new(),
             language_exception: None,

@@ -7,7 +7,7 @@
 //! `si_code` and the fault address. Signal numbers and texts always use the numbering of the OS that crashed.
 
 use crate::crashlog::{
-    CrashLog, ExceptionInfo, Flavor, FrameLog, Header, ImageLog, LanguageExceptionLog, ThreadLog, ThreadState,
+    CrashLog, EventLog, ExceptionInfo, Flavor, FrameLog, Header, ImageLog, LanguageExceptionLog, ThreadLog, ThreadState,
 };
 use crate::names::{self, SignalOs};
 use report_format::model::{Exception, Report};
@@ -64,6 +64,17 @@ pub fn to_crash_log(report: &Report, problems: Vec<String>) -> CrashLog {
         log.exception = exception(e, sig_os);
     }
     log.triggered_thread = report.crashed_thread().map(|t| t.index);
+    // A non-fatal report (format 2.3): its event instead of an exception, and the thread it is about (the stalled
+    // main thread of a hang) as the one that triggered it; no thread crashed.
+    let non_fatal = meta.and_then(|m| m.non_fatal.as_ref());
+    if let Some(nf) = non_fatal {
+        log.event = Some(EventLog {
+            kind: nf.kind.clone(),
+            duration: nf.duration_ns.map(|d| format!("{:.2}s", d as f64 / 1e9)),
+            reason: nf.reason.clone(),
+        });
+        log.triggered_thread = nf.thread;
+    }
     if let Some(lx) = report.exception.as_ref().and_then(|e| e.language.as_ref()) {
         let l = LanguageExceptionLog {
             kind: lx.kind.clone(),
@@ -130,7 +141,7 @@ pub fn to_crash_log(report: &Report, problems: Vec<String>) -> CrashLog {
     let mut ordered: Vec<&report_format::model::Thread> = report.threads.iter().collect();
     ordered.sort_by_key(|t| t.index);
     for t in ordered {
-        let crashed = Some(t.index) == log.triggered_thread;
+        let crashed = non_fatal.is_none() && Some(t.index) == log.triggered_thread;
         let frames = t
             .frames
             .iter()

@@ -112,6 +112,13 @@ fn render_ios(log: &CrashLog, out: &mut String, legacy: bool) {
             let _ = writeln!(out, "{label}{v}");
         }
     };
+    if let Some(ev) = &log.event {
+        // A non-fatal report: spindump's `Event:` / `Duration:` lines, and the reason, where a crash has its
+        // exception lines (values in the Exception Type column).
+        let _ = writeln!(out, "Event:           {}", ev.kind);
+        line(out, "Duration:        ", &ev.duration);
+        line(out, "Reason:          ", &ev.reason);
+    }
     line(out, "Exception Type:  ", &e.exception_type);
     line(out, "Exception Subtype: ", &e.subtype);
     line(out, "Exception Message: ", &e.message);
@@ -529,8 +536,17 @@ fn render_macos(log: &CrashLog, out: &mut String) {
         if let Some(q) = thread.and_then(|x| x.queue.as_deref()) {
             let _ = write!(suffix, "  Dispatch queue: {q}");
         }
-        field(out, W, "Crashed Thread", Some(&format!("{t}{suffix}")));
+        // A non-fatal report has no crashed thread: the thread it is about triggered it.
+        let label = if log.event.is_some() { "Triggered by Thread" } else { "Crashed Thread" };
+        field(out, W, label, Some(&format!("{t}{suffix}")));
         out.push('\n');
+    }
+    if let Some(ev) = &log.event {
+        // A non-fatal report: spindump's `Event:` / `Duration:` lines and the reason, where a crash has its exception
+        // lines.
+        field(out, W, "Event", Some(&ev.kind));
+        field(out, W, "Duration", ev.duration.as_deref());
+        field(out, W, "Reason", ev.reason.as_deref());
     }
     let e = &log.exception;
     field(out, W, "Exception Type", e.exception_type.as_deref());

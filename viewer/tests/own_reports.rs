@@ -2,7 +2,8 @@
 
 use proptest::prelude::*;
 use report_format::model::{
-    Exception, Image, ImageId, LanguageException, Message, Meta, Os, Process, Register, Report, ReportId, Thread,
+    Exception, Image, ImageId, LanguageException, Message, Meta, NonFatal, Os, Process, Register, Report, ReportId,
+    Thread,
 };
 use viewer::{Format, Layout};
 
@@ -50,6 +51,7 @@ pub fn ios_report() -> Report {
             image_count: Some(2),
             minimal: false,
             note: None,
+            non_fatal: None,
         }),
         exception: Some(Exception {
             mach_type: Some(1),
@@ -139,6 +141,60 @@ fn render(report: &Report, layout: Layout, format: Format) -> String {
     let bytes = report_format::owned::to_bytes(report).unwrap();
     let mut loaded = viewer::load(&bytes).unwrap();
     viewer::render_loaded(&mut loaded, layout, format, None)
+}
+
+/// A hang report (format 2.3 META `nf`) of the Linux report's process: no exception, thread 0 stalled, no thread
+/// crashed.
+fn hang_report(os: &str) -> Report {
+    let mut r = linux_report();
+    let m = r.meta.as_mut().unwrap();
+    m.os.name = Some(os.into());
+    m.non_fatal = Some(NonFatal {
+        kind: "hang".into(),
+        reason: Some("main thread unresponsive for 2.41 s (threshold 2.00 s)".into()),
+        duration_ns: Some(2_412_000_000),
+        thread: Some(0),
+    });
+    r.exception = Some(Exception::default());
+    for t in &mut r.threads {
+        t.crashed = false;
+    }
+    r.messages.clear();
+    r
+}
+
+/// A non-fatal report prints its event where a crash prints its exception (spindump's `Event:` and `Duration:`,
+/// then the reason), names the thread it is about as the one that triggered it, and marks no thread crashed.
+#[test]
+fn a_hang_report_prints_its_event_instead_of_an_exception() {
+    let text = render(&hang_report("Linux"), Layout::Modern, Format::Text);
+    assert!(
+        text.contains(
+            "\nEvent:           hang\nDuration:        2.41s\nReason:          main thread unresponsive for 2.41 s (threshold 2.00 s)\n\nTriggered by Thread:  0\n"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("Exception Type"), "{text}");
+    assert!(!text.contains("Crashed"), "{text}");
+    assert!(!text.contains("Termination Reason"), "{text}");
+    insta::assert_snapshot!("linux_hang", text);
+    let mac = render(&hang_report("macOS"), Layout::Modern, Format::Text);
+    assert!(mac.contains("\nTriggered by Thread:   0  Dispatch queue: com.apple.main-thread\n"), "{mac}");
+    assert!(mac.contains("\nEvent:                 hang\nDuration:              2.41s\n"), "{mac}");
+    assert!(!mac.contains("Crashed"), "{mac}");
+    insta::assert_snapshot!("macos_hang", mac);
+    let manual = {
+        let mut r = hang_report("Linux");
+        r.meta.as_mut().unwrap().non_fatal =
+            Some(NonFatal { kind: "app".into(), reason: Some("checkout took too long".into()), ..NonFatal::default() });
+        render(&r, Layout::Modern, Format::Text)
+    };
+    assert!(manual.contains("\nEvent:           app\nReason:          checkout took too long\n"), "{manual}");
+    let json = render(&hang_report("Linux"), Layout::Modern, Format::Json);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(v["crash_log"]["event"]["kind"], "hang", "{json}");
+    assert_eq!(v["crash_log"]["event"]["duration"], "2.41s", "{json}");
+    assert_eq!(v["report"]["meta"]["non_fatal"]["duration_ns"], 2_412_000_000u64, "{json}");
 }
 
 #[test]
@@ -491,7 +547,7 @@ fn swift_async_frames_print_as_apple_prints_any_frame_and_only_json_keeps_the_ma
     assert!(text.contains("\n2   iOSCrashingTest               \t       0x1007da345 0x1007d4000 + 25413\n"), "{text}");
     let json: serde_json::Value =
         serde_json::from_str(&render(&swift_async_report(Async), Layout::Modern, Format::Json)).unwrap();
-    assert_eq!(json["report"]["format_version"], serde_json::json!([2, 2]));
+    assert_eq!(json["report"]["format_version"], serde_json::json!([2, 3]));
     assert_eq!(json["report"]["threads"][0]["frame_trust"][2], "async");
     let frames = json["crash_log"]["threads"][0]["frames"].as_array().unwrap();
     let marks: Vec<&str> = frames.iter().map(|f| f["trust"].as_str().unwrap_or("")).collect();

@@ -7,6 +7,7 @@ mod child;
 mod minidump;
 mod probe;
 mod run;
+mod stacks_bench;
 mod stats;
 mod sys;
 mod viewer_bench;
@@ -31,6 +32,7 @@ pub fn main() -> ExitCode {
         },
         Some("__install") => probe::install_main(rest),
         Some("__idle") => probe::idle_main(rest),
+        Some("__stacks") => stacks_bench::child_main(rest),
         _ => run::main(&args),
     }
 }

@@ -116,17 +116,24 @@ pub fn install_main(a: &[String]) -> ExitCode {
     println!("heap_calls={}", a1.calls - a0.calls);
     println!("maps_delta={}", maps1.saturating_sub(maps0));
     println!("rss_delta={}", rss1.saturating_sub(rss0));
-    // The two stacks install maps (`map_stack` in handler/src/platform/linux/mod.rs: size rounded to pages plus one
-    // guard page each), computed from the Config.
+    // The stacks install maps (`map_stack` in handler/src/prealloc.rs: size rounded to pages plus one guard page
+    // each), computed from the Config: the alternate signal stack, the crash stack, and one walk stack per walker of
+    // stacks on demand (handler::ondemand::pool::WALK_STACK_BYTES).
     let page = 4096;
-    let stacks = config.alt_stack_size.div_ceil(page) * page + config.crash_stack_size.div_ceil(page) * page + 2 * page;
+    let walk = handler::ondemand::pool::WALK_STACK_BYTES.div_ceil(page) * page + page;
+    let stacks = config.alt_stack_size.div_ceil(page) * page
+        + config.crash_stack_size.div_ceil(page) * page
+        + 2 * page
+        + config.capture_walkers * walk;
     println!("stacks={stacks}");
     println!("images={images}");
     ExitCode::SUCCESS
 }
 
-/// Idle probe: `reportdir seconds closed_port`. Enables the reporter with an upload URL to a closed loopback port,
-/// waits for the background upload to give up, then measures CPU time and context switches over the window.
+/// Idle probe: `reportdir seconds closed_port [hangs]`. Enables the reporter with an upload URL to a closed loopback
+/// port, waits for the background upload to give up, then measures CPU time and context switches over the window.
+/// With `hangs`, hang detection runs too (default `HangConfig`, the measuring thread watched and marked idle, as
+/// an event loop waiting for its next event is): the watchdog's own wake-ups are then in the figures.
 pub fn idle_main(a: &[String]) -> ExitCode {
     let (Some(dir), Some(secs), Some(port)) = (a.first(), a.get(1), a.get(2)) else {
         eprintln!("bench idle probe: usage: REPORTDIR SECONDS PORT");
@@ -141,6 +148,15 @@ pub fn idle_main(a: &[String]) -> ExitCode {
         }
     };
     let upload_done = r.wait_for_background_upload(Duration::from_secs(10)).is_some();
+    let hangs = a.get(3).is_some_and(|v| v == "hangs");
+    if hangs {
+        if let Err(e) = r.start_hang_detection(&reporter::HangConfig::default()) {
+            eprintln!("bench idle probe: {e}");
+            return ExitCode::from(3);
+        }
+        reporter::idle();
+        println!("period_ms={}", reporter::HangConfig::default().effective_period().as_millis());
+    }
     std::thread::sleep(Duration::from_millis(100));
     // The /proc reads cost CPU themselves, so they stay outside the getrusage pair.
     let f0 = proc_figures("self");
@@ -157,6 +173,11 @@ pub fn idle_main(a: &[String]) -> ExitCode {
     // The measuring thread's own sleep is one voluntary switch.
     println!("switches={}", f1.switches.saturating_sub(f0.switches));
     println!("threads={}", f1.threads);
+    if hangs {
+        let st = handler::hangs::stats();
+        println!("hangs={}", st.hangs);
+        println!("slow_frames={}", st.slow_frames);
+    }
     ExitCode::SUCCESS
 }
 

@@ -30,6 +30,9 @@ struct Options {
     render_runs: usize,
     atos_runs: usize,
     atos_addresses: usize,
+    /// (g): captures per timed batch, and batches.
+    stack_iters: usize,
+    stack_batches: usize,
     viewer: PathBuf,
     llvm_symbolizer: String,
     work: Option<PathBuf>,
@@ -50,6 +53,8 @@ impl Options {
             render_runs: if quick { 2 } else { 10 },
             atos_runs: if quick { 1 } else { 5 },
             atos_addresses: 10_000,
+            stack_iters: if quick { 200 } else { 5000 },
+            stack_batches: if quick { 3 } else { 9 },
             viewer: exe.with_file_name("viewer"),
             llvm_symbolizer: "llvm-symbolizer".into(),
             work: None,
@@ -453,7 +458,20 @@ fn run(o: &Options) -> Result<(), String> {
         )?;
         let peer_secs = t0.elapsed().as_secs_f64();
         let p1 = probe::proc_figures(&pid);
-        text.push_str(&idle_table(o, &idle, p1.cpu_ticks - p0.cpu_ticks, p1.switches - p0.switches, peer_secs));
+        progress(&format!("idle window of {} s with hang detection", o.idle_secs));
+        let idle_hangs = run_probe(
+            &exe,
+            "__idle",
+            &[work.join("idle-hangs").display().to_string(), o.idle_secs.to_string(), port.to_string(), "hangs".into()],
+        )?;
+        text.push_str(&idle_table(
+            o,
+            &idle,
+            &idle_hangs,
+            p1.cpu_ticks - p0.cpu_ticks,
+            p1.switches - p0.switches,
+            peer_secs,
+        ));
         Ok((text, samples64))
     });
     peer.stop();
@@ -461,6 +479,7 @@ fn run(o: &Options) -> Result<(), String> {
 
     text.push_str(&install_table(&ctx)?);
     text.push_str(&viewer_tables(&ctx, &samples64)?);
+    text.push_str(&stacks_table(&ctx)?);
 
     let header = format!(
         "# Benchmark run ({mode})\n\nMachine: {m}. Load average at start: {load_start}, at end: {le}.\n\
@@ -658,12 +677,8 @@ fn reserved_commit_floor(work: &Path, size: usize, reserved: usize, runs: usize)
     let mut samples = Vec::new();
     for i in 0..runs {
         let (res, fin) = (dir.join(format!(".{i}.reserved")), dir.join(format!("{i}.report")));
-        let mut f = std::fs::File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&res)
-            .map_err(|e| e.to_string())?;
+        let mut f =
+            std::fs::File::options().read(true).write(true).create_new(true).open(&res).map_err(|e| e.to_string())?;
         f.write_all(&vec![0u8; reserved]).and_then(|_| f.sync_all()).map_err(|e| e.to_string())?;
         std::fs::File::open(&dir).and_then(|d| d.sync_all()).map_err(|e| e.to_string())?;
         let t0 = Instant::now();
@@ -681,6 +696,7 @@ fn reserved_commit_floor(work: &Path, size: usize, reserved: usize, runs: usize)
 fn idle_table(
     o: &Options,
     m: &std::collections::BTreeMap<String, String>,
+    h: &std::collections::BTreeMap<String, String>,
     peer_ticks: u64,
     peer_sw: u64,
     peer_secs: f64,
@@ -697,9 +713,11 @@ fn idle_table(
          server process over the same window ({ps:.1} s, `/proc/<pid>/stat`, all its threads).\n\n\
          | | window s | CPU | context switches | threads | installed |\n|---|---|---|---|---|---|\n\
          | ours (reporter enabled, idle) | {w} | {cpu_us} µs ({ticks} ticks) | {switches} | {threads} | {inst} |\n\
+         | ours + hang detection (`HangConfig::default()`: 2 s threshold, 500 ms slow frames, watchdog period {hp} ms; the watched loop idle) | {w} | {hcpu} µs ({hticks} ticks) | {hsw} | {hthreads} | {hinst} |\n\
          | peer (minidumper server, idle) | {ps:.1} | {pt} ticks ({pms:.0} ms) | {peer_sw} | - | - |\n\n\
          | target | figure | verdict |\n|---|---|---|\n\
-         | (e) zero steady-state cost: no thread but the measuring one, no wakeup but its own sleep, 0 CPU ticks | {threads} thread(s), {switches} context switch(es), {ticks} ticks, {cpu_us} µs (getrusage) in {w} s | {v} |\n\n",
+         | (e) zero steady-state cost: no thread but the measuring one, no wakeup but its own sleep, 0 CPU ticks | {threads} thread(s), {switches} context switch(es), {ticks} ticks, {cpu_us} µs (getrusage) in {w} s | {v} |\n\
+         | (e) hang detection costs one timer wake-up per period and nothing else while nothing stalls: at most {hmax:.0} switches ({w} s / {hp} ms + the measuring sleep, 10% slack), no hang report | {hsw} context switch(es), {hticks} ticks, {hcpu} µs, {hhangs} hang(s), {hslow} slow frame(s) | {hv} |\n\n",
         w = o.idle_secs,
         ticks = num(m, "cpu_ticks"),
         threads = num(m, "threads"),
@@ -708,7 +726,27 @@ fn idle_table(
         pt = peer_ticks,
         pms = peer_ticks as f64 * 1000.0 / hz,
         v = verdict(num(m, "cpu_ticks") == 0.0 && switches <= 1.0 && num(m, "threads") == 1.0),
+        hp = num(h, "period_ms"),
+        hcpu = num(h, "cpu_us"),
+        hticks = num(h, "cpu_ticks"),
+        hsw = num(h, "switches"),
+        hthreads = num(h, "threads"),
+        hinst = h.get("installed").map_or("?", String::as_str),
+        hhangs = num(h, "hangs"),
+        hslow = num(h, "slow_frames"),
+        hmax = hang_max_switches(o.idle_secs, num(h, "period_ms")),
+        hv = verdict(
+            num(h, "switches") <= hang_max_switches(o.idle_secs, num(h, "period_ms"))
+                && num(h, "hangs") == 0.0
+                && num(h, "slow_frames") == 0.0
+        ),
     )
+}
+
+/// Context switches hang detection may cost in `secs` seconds at a wake-up every `period_ms`: one per period plus
+/// the measuring thread's own sleep, with 10 % slack for timer slack and a period boundary at each end.
+fn hang_max_switches(secs: f64, period_ms: f64) -> f64 {
+    (secs * 1000.0 / period_ms + 2.0) * 1.1
 }
 
 fn install_table(ctx: &Ctx) -> Result<String, String> {
@@ -762,8 +800,8 @@ fn install_table(ctx: &Ctx) -> Result<String, String> {
          Each figure is one fresh process: it `dlopen`s the {libs} libraries, then times one call ({n} processes). \
          Heap: bytes the call left allocated, counted by a counting global allocator (Rust allocations; the handler \
          makes no C allocations). Stacks: the alternate signal stack and the crash stack install `mmap`s \
-         (`MAP_NORESERVE`), computed from the default `Config` (sizes plus one guard page each); they are virtual \
-         until touched. Mapping growth: `/proc/self/maps` after minus before (includes the stacks and the heap's \
+         (`MAP_NORESERVE`) and the walk stacks of stacks on demand (one per `Config::capture_walkers`), computed \
+         from the default `Config` (sizes plus one guard page each); they are virtual until touched. Mapping growth: `/proc/self/maps` after minus before (includes the stacks and the heap's \
          own `mmap`s for large blocks, so it overlaps the heap column). RSS growth: `VmRSS` after minus before.\n\n\
          | call | median ms | max ms | heap preallocated | stacks mapped | total preallocated | mapping growth | RSS growth | images in the table |\n\
          |---|---|---|---|---|---|---|---|---|\n{rows}\n\
@@ -865,5 +903,100 @@ fn viewer_tables(ctx: &Ctx, samples: &[CrashSample]) -> Result<String, String> {
         wx = stats::ms(warm.max),
         vc = verdict(lib.median <= 20e6),
         vw = verdict(warm.median <= 20e6),
+    ))
+}
+
+/// (g) Stacks on demand: `bench __stacks` in a child (see `stacks_bench.rs`).
+fn stacks_table(ctx: &Ctx) -> Result<String, String> {
+    use super::stacks_bench::DEPTHS;
+    let o = ctx.o;
+    progress(&format!(
+        "stacks on demand: {} captures x {} batches per method and depth",
+        o.stack_iters, o.stack_batches
+    ));
+    let dir = ctx.work.join("stacks");
+    let m = run_probe(
+        &ctx.exe,
+        "__stacks",
+        &[o.stack_iters.to_string(), o.stack_batches.to_string(), dir.display().to_string()],
+    )?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let unw_missing = m.get("unw").is_none_or(|v| v == "missing");
+    let ns = |v: f64| if v.is_nan() { "-".to_string() } else { format!("{v:.0}") };
+    let x =
+        |a: f64, b: f64| if a.is_nan() || b.is_nan() || b <= 0.0 { "-".to_string() } else { format!("{:.1}", a / b) };
+    let mut rows = String::new();
+    let mut sym_rows = String::new();
+    let mut capture_ok = true;
+    let mut sym_ok = true;
+    let mut worst_capture = f64::INFINITY;
+    let mut worst_sym = f64::INFINITY;
+    for d in DEPTHS {
+        let g = |k: &str| num(&m, &format!("{d}.{k}"));
+        let (ours, glibc, unw) = (g("ours_ns"), g("glibc_ns"), g("unw_ns"));
+        let same = match g("unw_same") {
+            1.0 => "yes",
+            0.0 => "**no**",
+            _ => "-",
+        };
+        rows.push_str(&format!(
+            "| {d} | {} | {} | {} | {} | {} | {} | {} | {same} |\n",
+            g("frames"),
+            ns(ours),
+            ns(glibc),
+            ns(unw),
+            x(glibc, ours),
+            x(unw, ours),
+            ns(ours / g("frames")),
+        ));
+        let (so, sf, sg) = (g("sym_ours_ns"), g("sym_ours_fmt_ns"), g("sym_glibc_ns"));
+        sym_rows.push_str(&format!(
+            "| {d} | {} | {} | {} | {} | {} |\n",
+            g("frames"),
+            ns(so),
+            ns(sf),
+            ns(sg),
+            x(sg, so),
+        ));
+        capture_ok &= glibc >= 5.0 * ours;
+        sym_ok &= sg >= 20.0 * so;
+        worst_capture = worst_capture.min(glibc / ours);
+        worst_sym = worst_sym.min(sg / so);
+    }
+    Ok(format!(
+        "## (g) Stacks on demand\n\n\
+         The current thread's stack, captured in a child process that installed the handler, at the bottom of a chain \
+         of 16 distinct non-inlined functions calling each other round-robin to the given depth (plus the probe's own \
+         frames down to `_start`: the frame counts below), the same stack {iters} times per timed batch, {batches} \
+         batches, median batch. Time is the capturing thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`) per capture, \
+         so another process's load on this shared machine does not count. Ours: `handler::stacks::current_stack` \
+         (DWARF CFI rows cached per walker, then the fast path's recipes). Theirs: glibc `backtrace(3)` (libgcc's \
+         unwinder) and libunwind's `unw_backtrace` ({unw}, `dlopen`ed). Every capture of ours lists the same callers \
+         as `backtrace(3)` (checked, else the benchmark fails); libunwind's are compared too. Heap allocations in all \
+         of our timed-batch captures: {allocs}. Our first capture in the process (empty caches: `.eh_frame_hdr` \
+         searches and CFI evaluation through the fault-proof reader): {cold} ns; glibc's first `backtrace`: \
+         {cold_glibc} ns.\n\n\
+         | depth | frames | ours ns | `backtrace(3)` ns | `unw_backtrace` ns | backtrace / ours | libunwind / ours | ours ns per frame | libunwind same frames as `backtrace(3)` |\n\
+         |---|---|---|---|---|---|---|---|---|\n{rows}\n\
+         Symbolicated, the same stack over and over: ours = `current_stack` + `SymbolCache::lookup_return_address` for \
+         every frame (image, symbol, offset: borrowed strings; names from the images' `.symtab`/`.dynsym`, resolved \
+         once, then one hash lookup per address); ours + formatting = the same, each frame also written into a \
+         reused `String` as `image(symbol+0xoff) [addr]`; theirs = `backtrace(3)` + `backtrace_symbols(3)` \
+         (`dladdr` per address, one `malloc`ed block of strings) + `free`.\n\n\
+         | depth | frames | ours ns | ours + formatting ns | `backtrace` + `backtrace_symbols` ns | theirs / ours |\n\
+         |---|---|---|---|---|---|\n{sym_rows}\n\
+         | target | figure | verdict |\n|---|---|---|\n\
+         | (g) capture at least 5x faster than `backtrace(3)` at 16, 64 and 256 frames | worst ratio {wc:.1}x | {vc} |\n\
+         | (g) symbolicated capture at least 20x faster than `backtrace_symbols(3)`, repeated stacks | worst ratio {ws:.1}x | {vs} |\n\n",
+        iters = o.stack_iters,
+        batches = o.stack_batches,
+        unw = if unw_missing { "not installed: rows show -" } else { "libunwind.so.8" },
+        allocs = num(&m, "ours_allocs"),
+        cold = ns(num(&m, "cold_ns")),
+        cold_glibc = ns(num(&m, "cold_glibc_ns")),
+        wc = worst_capture,
+        ws = worst_sym,
+        vc = verdict(capture_ok),
+        vs = verdict(sym_ok),
     ))
 }

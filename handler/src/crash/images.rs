@@ -7,12 +7,18 @@
 //! rewritten; the other threads are stopped during a crash, so that needs a refresh on a thread that ignored the
 //! stop signal.
 //!
+//! Readers that run while the process goes on (on-demand stack captures, `crate::ondemand`) read through
+//! [`ImageTable::read`], which counts them per list: an update waits (bounded) until nobody reads the list it is
+//! about to rewrite, so a capture racing two refreshes in a row never sees a list being written. The non-fatal
+//! writer holds a list for a whole report (seconds) through [`ImageTable::read_held`], which an update waits for
+//! without a bound.
+//!
 //! Reading is allocation-free, lock-free and async-signal-safe.
 #![allow(unsafe_code)]
 
 use crate::unwind::{CodeMap, Module, UnwindSections};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use report_format::encode::{Image, ID_KIND_BUILD_ID};
 
 /// Everything [`ImageList::push_record`] stores about one image (borrowed; the list copies it).
@@ -273,6 +279,47 @@ impl CodeMap for ImageList {
 pub struct ImageTable {
     lists: [UnsafeCell<ImageList>; 2],
     active: AtomicUsize,
+    /// Readers inside each list through [`ImageTable::read`].
+    readers: [AtomicUsize; 2],
+    /// Readers inside each list through [`ImageTable::read_held`] (waited for without a bound).
+    held: [AtomicUsize; 2],
+    /// Updates so far ([`ImageTable::generation`]).
+    generation: AtomicU64,
+}
+
+/// How long [`ImageTable::update`] waits for the readers of the list it is about to rewrite, in polls of
+/// [`READER_POLL_NS`] (about 1 s; 0.2 s in this crate's unit tests). A reader holds a list for one stack walk (microseconds); one that never lets go
+/// (a thread stopped by a debugger in the middle of a walk) is waited for this long, then the update goes on.
+const READER_POLLS: u32 = if cfg!(test) { 4_000 } else { 20_000 };
+/// Sleep between two polls of [`ImageTable::update`]'s wait, in nanoseconds.
+const READER_POLL_NS: u64 = 50_000;
+
+/// A counted read of the active image list ([`ImageTable::read`], [`ImageTable::read_held`]); the list stays
+/// unchanged until this is dropped.
+#[derive(Debug)]
+pub struct ImageRead<'a> {
+    table: &'a ImageTable,
+    index: usize,
+    /// The counters it is counted in (`readers` or `held`).
+    counts: &'a [AtomicUsize; 2],
+}
+
+impl core::ops::Deref for ImageRead<'_> {
+    type Target = ImageList;
+    fn deref(&self) -> &ImageList {
+        let cell = self.table.lists.get(self.index).unwrap_or(&self.table.lists[0]);
+        // SAFETY: this reader is counted in `readers[index]`, so `update` does not write this list until the count
+        // drops (see `ImageTable::read`); the list is never written while read.
+        unsafe { &*cell.get() }
+    }
+}
+
+impl Drop for ImageRead<'_> {
+    fn drop(&mut self) {
+        if let Some(r) = self.counts.get(self.index) {
+            r.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 // SAFETY: the crash path only reads the active list; writers (serialized by the caller of `update`) only write the
@@ -283,7 +330,58 @@ unsafe impl Sync for ImageTable {}
 impl ImageTable {
     /// A table over two preallocated lists (install time).
     pub fn new(a: ImageList, b: ImageList) -> Self {
-        ImageTable { lists: [UnsafeCell::new(a), UnsafeCell::new(b)], active: AtomicUsize::new(0) }
+        ImageTable {
+            lists: [UnsafeCell::new(a), UnsafeCell::new(b)],
+            active: AtomicUsize::new(0),
+            readers: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            held: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    /// How many updates the table has had: caches keyed by image addresses (the on-demand walkers' unwind rows)
+    /// start over when it changes. Signal-safe.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// The active list, counted as read until the returned guard is dropped: [`ImageTable::update`] does not
+    /// rewrite it meanwhile (it waits, bounded, for the count to drop). For readers that run while the process goes
+    /// on; lock-free, allocation-free, signal-safe (two atomic increments; retried when an update flips the active
+    /// list between the load and the count, at most 16 times, then read uncounted as [`ImageTable::current`]).
+    pub fn read(&self) -> ImageRead<'_> {
+        self.read_counted(&self.readers)
+    }
+
+    /// [`ImageTable::read`] for a reader that holds the list long (the non-fatal writer: every thread's capture
+    /// and the report's writing, up to seconds) and must not see it rewritten meanwhile: [`ImageTable::update`]
+    /// waits for these without a bound (it waits for [`ImageTable::read`]'s readers about 1 s, then goes on).
+    /// Not for a thread that may be stopped while it holds the list (a signal handler of a stopped thread): an
+    /// update would wait as long. Lock-free, allocation-free.
+    pub fn read_held(&self) -> ImageRead<'_> {
+        self.read_counted(&self.held)
+    }
+
+    fn read_counted<'a>(&'a self, counts: &'a [AtomicUsize; 2]) -> ImageRead<'a> {
+        let mut index = 0usize;
+        for _ in 0..16 {
+            index = self.active.load(Ordering::SeqCst) & 1;
+            let Some(r) = counts.get(index) else { break };
+            r.fetch_add(1, Ordering::SeqCst);
+            // Proof sketch (every access SeqCst): an update waits for the count of list `next` to be 0 after it
+            // read `active` and before it writes list `next`. A reader counted in `next` before that check holds
+            // the update off; one counted after it reloads `active` after the flip that made `next` inactive, and
+            // retries.
+            if self.active.load(Ordering::SeqCst) & 1 == index {
+                return ImageRead { table: self, index, counts };
+            }
+            r.fetch_sub(1, Ordering::SeqCst);
+        }
+        // An update on every try (never in practice): count the reader where it stands, as `current` would read.
+        if let Some(r) = counts.get(index) {
+            r.fetch_add(1, Ordering::SeqCst);
+        }
+        ImageRead { table: self, index, counts }
     }
 
     /// The active list. Signal-safe.
@@ -298,13 +396,25 @@ impl ImageTable {
     /// # Safety
     /// Calls must be serialized (no two `update`s at once); not for the crash path.
     pub unsafe fn update(&self, fill: impl FnOnce(&mut ImageList)) {
-        let next = (self.active.load(Ordering::Acquire) & 1) ^ 1;
+        let next = (self.active.load(Ordering::SeqCst) & 1) ^ 1;
+        // Long readers of the list about to be rewritten (`read_held`): wait until they are gone, however long.
+        while self.held.get(next).is_some_and(|r| r.load(Ordering::SeqCst) != 0) {
+            std::thread::sleep(core::time::Duration::from_millis(1));
+        }
+        // Counted readers of the list about to be rewritten (see `read`): wait until they are gone, bounded.
+        for _ in 0..READER_POLLS {
+            if self.readers.get(next).is_none_or(|r| r.load(Ordering::SeqCst) == 0) {
+                break;
+            }
+            std::thread::sleep(core::time::Duration::from_nanos(READER_POLL_NS));
+        }
         // SAFETY: the caller serializes updates and readers only read the active list, so the inactive list is
         // exclusively ours until the release store below.
         let list = unsafe { &mut *self.lists.get(next).unwrap_or(&self.lists[0]).get() };
         list.clear();
         fill(list);
-        self.active.store(next, Ordering::Release);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.active.store(next, Ordering::SeqCst);
     }
 }
 
@@ -413,6 +523,81 @@ mod tests {
         assert_eq!(b.entry(0).copied(), a.entry(0).map(|e| ImageEntry { path_off: 0, ..*e }));
         assert_eq!((b.path(0), b.build_id(0)), (&b"/lib/libz.so.1"[..], &[9u8, 8, 7][..]));
         assert_eq!(b.entry(0).expect("entry").unwind, unwind);
+    }
+
+    /// An update never rewrites a list a counted reader holds: it waits until the reader lets go.
+    #[test]
+    fn updates_wait_for_counted_readers_of_the_list_they_rewrite() {
+        use std::sync::atomic::AtomicBool;
+        let t: &'static ImageTable = Box::leak(Box::new(ImageTable::new(list(4, 64), list(4, 64))));
+        // SAFETY: updates are serialized (one thread at a time below).
+        unsafe { t.update(|l| assert!(l.push(b"/first", 1, 1, 0, &[]))) };
+        let g0 = t.generation();
+        let guard = t.read();
+        assert_eq!(guard.path(0), b"/first");
+        let second_done: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+        let h = std::thread::spawn(move || {
+            // The inactive list: no reader, written at once.
+            // SAFETY: the only updating thread.
+            unsafe { t.update(|l| assert!(l.push(b"/second", 2, 1, 0, &[]))) };
+            // The list the guard holds: waits for it.
+            // SAFETY: as above.
+            unsafe { t.update(|l| assert!(l.push(b"/third", 3, 1, 0, &[]))) };
+            second_done.store(true, Ordering::SeqCst);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!second_done.load(Ordering::SeqCst), "the update went ahead under a reader");
+        assert_eq!(guard.path(0), b"/first", "the held list is unchanged");
+        assert_eq!(t.current().path(0), b"/second");
+        drop(guard);
+        h.join().expect("updater");
+        assert!(second_done.load(Ordering::SeqCst));
+        assert_eq!(t.read().path(0), b"/third");
+        assert_eq!(t.generation(), g0 + 2);
+    }
+
+    /// A long reader (`read_held`, the non-fatal writer) is waited for past the bound of `read`'s readers: the
+    /// list it holds is not rewritten under it however long it takes. The bound is measured first (an update
+    /// under a `read` guard goes ahead after it), then a held read is kept twice as long.
+    #[test]
+    fn updates_wait_for_held_readers_without_a_bound() {
+        use std::sync::atomic::AtomicBool;
+        use std::time::{Duration, Instant};
+        /// Holds `guard` (a read of the list the second update rewrites) for at most `hold`; how long the two
+        /// updates took, or `None` when they had not finished by then.
+        fn hold_against_updates(t: &'static ImageTable, held: bool, hold: Duration) -> Option<Duration> {
+            // SAFETY: updates are serialized (one thread at a time here).
+            unsafe { t.update(|l| assert!(l.push(b"/first", 1, 1, 0, &[]))) };
+            let guard = if held { t.read_held() } else { t.read() };
+            let done: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+            let t0 = Instant::now();
+            let h = std::thread::spawn(move || {
+                // SAFETY: the only updating thread.
+                unsafe { t.update(|l| assert!(l.push(b"/second", 2, 1, 0, &[]))) };
+                // SAFETY: as above. The list the guard holds.
+                unsafe { t.update(|l| assert!(l.push(b"/third", 3, 1, 0, &[]))) };
+                done.store(true, Ordering::SeqCst);
+                t0.elapsed()
+            });
+            while !done.load(Ordering::SeqCst) && t0.elapsed() < hold {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let finished = done.load(Ordering::SeqCst);
+            if !finished {
+                assert_eq!(guard.path(0), b"/first", "the held list is unchanged");
+            }
+            drop(guard);
+            let took = h.join().expect("updater");
+            finished.then_some(took)
+        }
+        let t: &'static ImageTable = Box::leak(Box::new(ImageTable::new(list(4, 64), list(4, 64))));
+        let bound = hold_against_updates(t, false, Duration::from_secs(30)).expect("a read is waited for, bounded");
+        assert_eq!(
+            hold_against_updates(t, true, bound * 2 + Duration::from_millis(100)),
+            None,
+            "the update rewrote a held list (a read's bound: {bound:?})"
+        );
+        assert_eq!(t.read().path(0), b"/third");
     }
 
     #[test]

@@ -30,11 +30,34 @@ struct Entry {
     lo: AtomicU64,
     hi: AtomicU64,
     mapped: AtomicBool,
+    /// The recording thread's `pthread_self()`, for [`own_stack_bounds`] (which needs no system call).
+    thread: AtomicU64,
 }
 
 static TABLE: [Entry; SLOTS] = [const {
-    Entry { tid: AtomicU64::new(0), lo: AtomicU64::new(0), hi: AtomicU64::new(0), mapped: AtomicBool::new(false) }
+    Entry {
+        tid: AtomicU64::new(0),
+        lo: AtomicU64::new(0),
+        hi: AtomicU64::new(0),
+        mapped: AtomicBool::new(false),
+        thread: AtomicU64::new(0),
+    }
 }; SLOTS];
+
+/// The calling thread's `pthread_self()` as a number (a thread's control block address with glibc and on Apple
+/// platforms: a register or TLS read, no system call); 0 elsewhere.
+fn own_thread() -> u64 {
+    #[cfg(unix)]
+    {
+        // SAFETY: pthread_self has no preconditions and is async-signal-safe in practice (it reads the thread
+        // pointer).
+        unsafe { libc::pthread_self() as u64 }
+    }
+    #[cfg(not(unix))]
+    {
+        0
+    }
+}
 
 /// A thread's stack as recorded when it started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +88,7 @@ pub fn record(tid: u64, lo: u64, hi: u64, mapped: bool) -> bool {
             e.lo.store(lo, Ordering::Relaxed);
             e.hi.store(hi, Ordering::Relaxed);
             e.mapped.store(mapped, Ordering::Relaxed);
+            e.thread.store(own_thread(), Ordering::Relaxed);
             HIGH_WATER.fetch_max(i.saturating_add(1), Ordering::AcqRel);
             // Publishes lo/hi: a reader that sees `tid` with Acquire sees them.
             e.tid.store(tid, Ordering::Release);
@@ -106,6 +130,33 @@ pub fn stack_bounds(tid: u64) -> Option<StackBounds> {
         let mapped = e.mapped.load(Ordering::Acquire);
         // Still the same thread's entry: not removed (and perhaps reused) while we read.
         if e.tid.load(Ordering::Acquire) == tid && lo < hi {
+            return Some(StackBounds { lo, hi, mapped });
+        }
+    }
+    None
+}
+
+/// The calling thread's recorded stack, found without a system call: the entry this thread recorded (same
+/// `pthread_self()`) that holds `sp`, the caller's current stack pointer (so an entry of an exited thread whose
+/// control block a new, unrecorded thread reuses is never taken: its stack holds no live frame of ours). `None`
+/// when this thread recorded none, or runs on another stack (an alternate signal stack).
+///
+/// Lock-free, no allocation, no panic; at most [`SLOTS`] entries scanned.
+pub fn own_stack_bounds(sp: u64) -> Option<StackBounds> {
+    let me = own_thread();
+    if me == 0 {
+        return None;
+    }
+    let n = HIGH_WATER.load(Ordering::Acquire);
+    for e in TABLE.iter().take(n) {
+        let tid = e.tid.load(Ordering::Acquire);
+        if tid == 0 || tid == CLAIMED || e.thread.load(Ordering::Acquire) != me {
+            continue;
+        }
+        let lo = e.lo.load(Ordering::Acquire);
+        let hi = e.hi.load(Ordering::Acquire);
+        let mapped = e.mapped.load(Ordering::Acquire);
+        if e.tid.load(Ordering::Acquire) == tid && lo <= sp && sp < hi {
             return Some(StackBounds { lo, hi, mapped });
         }
     }
@@ -184,6 +235,21 @@ mod tests {
         assert!(!record(CLAIMED, 1, 2, true));
         assert!(!record(BASE + 3, 5, 5, true));
         assert_eq!(stack_bounds(0), None);
+    }
+
+    #[test]
+    fn own_bounds_are_found_by_thread_and_stack_pointer() {
+        let local = 0u8;
+        let sp = core::ptr::addr_of!(local) as u64;
+        let tid = BASE + 50;
+        assert!(record(tid, sp - 0x1000, sp + 0x1000, true));
+        let b = own_stack_bounds(sp).expect("recorded by this thread, holding sp");
+        assert_eq!((b.lo, b.hi), (sp - 0x1000, sp + 0x1000));
+        assert_eq!(own_stack_bounds(sp + 0x2000), None, "another stack");
+        let other = std::thread::spawn(move || own_stack_bounds(sp)).join().unwrap();
+        assert_eq!(other, None, "another thread's entry");
+        remove(tid);
+        assert_eq!(own_stack_bounds(sp), None);
     }
 
     #[test]

@@ -318,17 +318,34 @@ pub fn open_with_spares(mut open: impl FnMut() -> i32) -> Result<i32, i32> {
 /// # Errors
 /// The `errno` of `openat`.
 pub fn create_temp(dir_fd: i32, names: &ReportNames) -> Result<i32, i32> {
-    open_with_spares(|| {
-        // SAFETY: `names.temp()` is NUL-terminated (`concat` keeps a trailing NUL); `openat` does not retain it.
-        unsafe {
-            libc::openat(
-                dir_fd,
-                names.temp().as_ptr().cast(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-                0o600 as libc::c_uint,
-            )
-        }
-    })
+    open_with_spares(|| open_temp(dir_fd, names))
+}
+
+/// [`create_temp`] without the spare descriptors: one `openat`, failing with its `errno` (`EMFILE` included). For
+/// writers outside the crash path (non-fatal reports), which must leave the spares to a crash that may follow.
+///
+/// # Errors
+/// The `errno` of `openat`.
+pub fn create_temp_no_spares(dir_fd: i32, names: &ReportNames) -> Result<i32, i32> {
+    let fd = open_temp(dir_fd, names);
+    if fd >= 0 {
+        Ok(fd)
+    } else {
+        Err(errno())
+    }
+}
+
+/// `openat` of the temporary report file (see [`create_temp`]): the descriptor, or -1 with `errno`.
+fn open_temp(dir_fd: i32, names: &ReportNames) -> i32 {
+    // SAFETY: `names.temp()` is NUL-terminated (`concat` keeps a trailing NUL); `openat` does not retain it.
+    unsafe {
+        libc::openat(
+            dir_fd,
+            names.temp().as_ptr().cast(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+            0o600 as libc::c_uint,
+        )
+    }
 }
 
 /// How a report file came to be, which decides how [`commit`] makes it durable.
@@ -962,7 +979,7 @@ mod tests {
                 SectionKind::End,
             ]
         );
-        assert_eq!(r.format_version, (2, 2));
+        assert_eq!(r.format_version, (2, 3));
         assert_eq!(r.exception.as_ref().and_then(|e| e.signal), Some(11));
     }
 

@@ -186,7 +186,7 @@ pub const MAX_RULES: usize = 16;
 
 /// How a [`Row`] recovers one register of the caller (the DWARF rules without expressions, DWARF 5 §6.4.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub enum Kind {
     /// `undefined`: unknown in the caller (for the return-address column: the outermost frame).
     Undefined,
     /// `same value`: unchanged.
@@ -248,6 +248,12 @@ impl RuleCache {
         (pc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 55) as usize % Self::SLOTS
     }
 
+    /// The row kept for `(key, pc)` (`key`: the table the FDE was found through, as [`step`] and [`step_fde`] key
+    /// it), for callers that evaluate cached rows themselves (`crate::ondemand`'s fast path).
+    pub fn row(&self, key: u64, pc: u64) -> Option<&Row> {
+        self.get(key, pc)
+    }
+
     fn get(&self, hdr: u64, pc: u64) -> Option<&Row> {
         let i = Self::slot(pc);
         (self.keys.get(i) == Some(&(hdr, pc)) && hdr != 0).then(|| self.rows.get(i)).flatten()
@@ -286,6 +292,35 @@ enum Recovered {
     Value(u64),
     Unknown,
     Undefined,
+}
+
+/// Read access for callers that evaluate a cached row themselves ([`RuleCache::row`]); [`step`] is the reference
+/// evaluation.
+impl Row {
+    /// CFA = this DWARF register + this offset.
+    pub fn cfa_rule(&self) -> (u16, i32) {
+        (u16::from(self.cfa_reg), self.cfa_off)
+    }
+
+    /// The row names a rule for the return-address column.
+    pub fn has_ra_rule(&self) -> bool {
+        self.ra_rule
+    }
+
+    /// The return-address column is `DW_CFA_undefined` (the outermost frame).
+    pub fn ra_is_undefined(&self) -> bool {
+        self.ra_undefined
+    }
+
+    /// The row names a rule for the stack pointer.
+    pub fn has_sp_rule(&self) -> bool {
+        self.sp_rule
+    }
+
+    /// The FDE's CIE has augmentation `S` (a signal trampoline).
+    pub fn is_signal_frame(&self) -> bool {
+        self.signal_frame
+    }
 }
 
 impl Row {
@@ -358,8 +393,8 @@ impl Row {
             .ok_or(Miss::Unusable)
     }
 
-    /// The rules as (DWARF register, how its caller value is found).
-    fn rules(&self) -> impl Iterator<Item = (u16, Kind, i32)> + '_ {
+    /// The rules as (DWARF register, how its caller value is found, its offset or source register).
+    pub fn rules(&self) -> impl Iterator<Item = (u16, Kind, i32)> + '_ {
         let n = usize::from(self.n);
         self.reg.iter().zip(&self.kind).zip(&self.arg).take(n).map(|((r, k), a)| (u16::from(*r), *k, *a))
     }

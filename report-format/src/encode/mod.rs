@@ -23,9 +23,9 @@ mod sections;
 mod sink;
 
 pub use sections::{
-    frame_registers, Exception, Image, ImageLookup, IndexedImage, KeyValue, LanguageException, Message, Meta, Os,
-    Process, Repeat, Thread, ID_KIND_BUILD_ID, ID_KIND_UUID, IMAGES_PER_SECTION, IMAGE_NAMES_PER_SECTION, LANGUAGE_CXX,
-    LANGUAGE_OBJC, LANGUAGE_RUST,
+    frame_registers, Exception, Image, ImageLookup, IndexedImage, KeyValue, LanguageException, Message, Meta, NonFatal,
+    Os, Process, Repeat, Thread, ID_KIND_BUILD_ID, ID_KIND_UUID, IMAGES_PER_SECTION, IMAGE_NAMES_PER_SECTION,
+    LANGUAGE_CXX, LANGUAGE_OBJC, LANGUAGE_RUST, NON_FATAL_APP, NON_FATAL_HANG, NON_FATAL_MANUAL,
 };
 pub use sink::{Sink, SinkError, SliceSink};
 

@@ -63,7 +63,30 @@ pub struct Meta<'a> {
     pub minimal: bool,
     /// Free text about how the report was made (why it is minimal, for instance).
     pub note: &'a [u8],
+    /// Present for a non-fatal report (format 2.3, SCHEMA.md §4.1.1): the process went on.
+    pub non_fatal: Option<NonFatal<'a>>,
 }
+
+/// What makes a report non-fatal (META `nf`, format 2.3, SCHEMA.md §4.1.1).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NonFatal<'a> {
+    /// Why it was made: `hang`, `manual`, `app` ([`NON_FATAL_HANG`], [`NON_FATAL_MANUAL`], [`NON_FATAL_APP`]).
+    pub kind: &'a [u8],
+    /// The reason in words (empty: none).
+    pub reason: &'a [u8],
+    /// How long the stall had lasted when the threads were captured, nanoseconds (hangs).
+    pub duration_ns: Option<u64>,
+    /// Index of the thread the report is about.
+    pub thread: Option<u32>,
+}
+
+/// [`NonFatal::kind`] of a report the hang watchdog wrote: the main thread made no progress for longer than the
+/// threshold.
+pub const NON_FATAL_HANG: &[u8] = b"hang";
+/// [`NonFatal::kind`] of a report the app asked for without a reason of its own.
+pub const NON_FATAL_MANUAL: &[u8] = b"manual";
+/// [`NonFatal::kind`] of a report the app asked for with its own reason text.
+pub const NON_FATAL_APP: &[u8] = b"app";
 
 /// The EXCEPTION section (kind 2).
 #[derive(Clone, Copy, Debug, Default)]
@@ -273,6 +296,16 @@ pub(super) fn encode_meta(w: &mut Cursor<'_>, m: &Meta<'_>) -> R {
     map.opt_uint(w, keys::meta::IMAGE_COUNT, m.image_count.map(u64::from))?;
     map.flag(w, keys::meta::MINIMAL, m.minimal)?;
     map.text(w, keys::meta::NOTE, m.note)?;
+    if let Some(nf) = &m.non_fatal {
+        map.key(w, keys::meta::NON_FATAL)?;
+        let mut n = MapW::open(w)?;
+        n.key(w, keys::non_fatal::KIND)?;
+        w.text(nf.kind)?;
+        n.text(w, keys::non_fatal::REASON, nf.reason)?;
+        n.opt_uint(w, keys::non_fatal::DURATION, nf.duration_ns)?;
+        n.opt_uint(w, keys::non_fatal::THREAD, nf.thread.map(u64::from))?;
+        n.close(w)?;
+    }
     map.close(w)
 }
 

@@ -28,6 +28,12 @@ public enum CrashReporterError: Error, Equatable, Sendable {
     case appInfoUnavailable
     /// An unexpected internal failure.
     case `internal`
+    /// Every capture walker was in use; try again.
+    case busy
+    /// The thread is not one of this process's, or it exited.
+    case noSuchThread
+    /// The thread did not answer the capture request in time.
+    case timeout
     /// A status this version of the Swift layer does not know.
     case unknown(UInt32)
 
@@ -44,6 +50,9 @@ public enum CrashReporterError: Error, Equatable, Sendable {
         case CRASH_REPORTER_STATUS_NO_UPLOAD_URL: self = .noUploadURL
         case CRASH_REPORTER_STATUS_APP_INFO_UNAVAILABLE: self = .appInfoUnavailable
         case CRASH_REPORTER_STATUS_INTERNAL: self = .internal
+        case CRASH_REPORTER_STATUS_BUSY: self = .busy
+        case CRASH_REPORTER_STATUS_NO_SUCH_THREAD: self = .noSuchThread
+        case CRASH_REPORTER_STATUS_TIMEOUT: self = .timeout
         default: self = .unknown(UInt32(status.rawValue))
         }
     }
@@ -133,6 +142,84 @@ public enum CrashReporter {
     /// Reports waiting for upload (0 before `enable` or when the store cannot be read).
     public static var pendingCount: Int {
         Int(crash_reporter_pending_count())
+    }
+
+    // MARK: Non-fatal reports and hang detection
+
+    /// Writes a non-fatal report now: every thread's stack, in the crash report format, marked non-fatal (kind
+    /// `app` with `reason`, `manual` without), uploaded like a crash report. Blocks while the threads are captured
+    /// and the file is written (milliseconds); call it off the main thread if that matters.
+    /// - Throws: `.busy` when another non-fatal report is being written, `.notEnabled`, `.storageError`.
+    public static func reportNonFatal(reason: String? = nil) throws {
+        try check(withOptionalCString(reason) { crash_reporter_report_non_fatal($0) })
+    }
+
+    /// Starts hang detection: a run-loop observer on the main run loop tells a watchdog thread when the main thread
+    /// makes progress; a stall longer than `threshold` writes one non-fatal `hang` report with every thread's stack
+    /// (the report that explains a later watchdog kill, `0x8badf00d`, or a force-quit at the next launch). Stalls
+    /// longer than `slowFrame` (nil: off) are counted as slow frames.
+    /// - Throws: `.alreadyEnabled` when it already runs, `.invalidArgument` for a zero threshold, `.notEnabled`.
+    public static func startHangDetection(threshold: TimeInterval = 2.0, slowFrame: TimeInterval? = 0.5) throws {
+        let ms = { (t: TimeInterval) in UInt32(clamping: Int((max(t, 0) * 1000).rounded())) }
+        try check(crash_reporter_start_hang_detection(ms(threshold), slowFrame.map(ms) ?? 0))
+    }
+
+    /// Stops hang detection (a hang report being written is finished first).
+    public static func stopHangDetection() {
+        crash_reporter_stop_hang_detection()
+    }
+
+    // MARK: Stacks on demand
+
+    /// The calling thread's return addresses, innermost first: the first one returns into the function that called
+    /// `currentStack`, then its caller's, down to the thread's start (as `Thread.callStackReturnAddresses` lists
+    /// them, but with the crash handler's unwinder: cheap enough to call often; a stack captured before costs a few
+    /// nanoseconds per frame). At most `maxFrames` addresses. This Swift layer allocates the array; use
+    /// `currentStack(into:)` where nothing may be allocated.
+    /// - Throws: `CrashReporterError.notEnabled` before `enable`, `.busy` when every capture walker is in use.
+    @inline(never)
+    public static func currentStack(maxFrames: Int = 128) throws -> [UInt64] {
+        let capacity = max(maxFrames, 0)
+        let buffer = UnsafeMutablePointer<UInt64>.allocate(capacity: max(capacity, 1))
+        defer { buffer.deallocate() }
+        var count = 0
+        // Called from this function's own body (no closure frame in between): skip 1 leaves this function out.
+        try check(crash_reporter_current_stack(buffer, capacity, 1, &count, nil))
+        return Array(UnsafeBufferPointer(start: buffer, count: count))
+    }
+
+    /// `currentStack` into memory the caller owns, without allocating: returns how many addresses were written.
+    /// The first one returns into the function that called this one.
+    /// - Throws: as `currentStack(maxFrames:)`.
+    @inline(never)
+    public static func currentStack(into buffer: UnsafeMutableBufferPointer<UInt64>) throws -> Int {
+        var count = 0
+        try check(crash_reporter_current_stack(buffer.baseAddress, buffer.count, 1, &count, nil))
+        return count
+    }
+
+    /// Another thread's stack: its pc, then its return addresses. `threadID` is that thread's `currentThreadID`
+    /// (`pthread_threadid_np`). The thread is suspended while it is walked (`thread_suspend`, `thread_get_state`,
+    /// the walk over `vm_read_overwrite`, `thread_resume`), so this never waits for it; `timeout` bounds the wait
+    /// where the platform asks the thread itself (Linux). Call it off the thread you capture.
+    /// - Throws: `.noSuchThread`, `.timeout`, `.busy`, `.notEnabled`.
+    public static func stack(ofThread threadID: UInt64, maxFrames: Int = 128, timeout: TimeInterval = 0.1) throws
+        -> [UInt64]
+    {
+        let capacity = max(maxFrames, 0)
+        var frames = [UInt64](repeating: 0, count: capacity)
+        var count = 0
+        let ms = UInt32(clamping: Int((max(timeout, 0) * 1000).rounded(.up)))
+        let status = frames.withUnsafeMutableBufferPointer { buf in
+            crash_reporter_thread_stack(threadID, buf.baseAddress, buf.count, ms, &count, nil)
+        }
+        try check(status)
+        return Array(frames.prefix(count))
+    }
+
+    /// The calling thread's id, as `stack(ofThread:)` takes it.
+    public static var currentThreadID: UInt64 {
+        crash_reporter_current_thread_id()
     }
 
     private static func check(_ status: CrashReporterStatus) throws {

@@ -12,7 +12,17 @@ final class CrashReporterTests: XCTestCase {
         XCTAssertEqual(CrashReporterError(CRASH_REPORTER_STATUS_INTERNAL), .internal)
     }
 
+    func testCaptureStatusesMap() {
+        XCTAssertEqual(CrashReporterError(CRASH_REPORTER_STATUS_BUSY), .busy)
+        XCTAssertEqual(CrashReporterError(CRASH_REPORTER_STATUS_NO_SUCH_THREAD), .noSuchThread)
+        XCTAssertEqual(CrashReporterError(CRASH_REPORTER_STATUS_TIMEOUT), .timeout)
+    }
+
     func testCallsBeforeEnable() {
+        XCTAssertThrowsError(try CrashReporter.currentStack()) { error in
+            XCTAssertEqual(error as? CrashReporterError, .notEnabled)
+        }
+        XCTAssertNotEqual(CrashReporter.currentThreadID, 0)
         XCTAssertEqual(CrashReporter.pendingCount, 0)
         XCTAssertThrowsError(try CrashReporter.uploadPending()) { error in
             XCTAssertEqual(error as? CrashReporterError, .notEnabled)

@@ -78,6 +78,12 @@ pub(super) fn render(log: &CrashLog, out: &mut String) {
     }
     let e = &log.exception;
     const EXC: usize = 19;
+    if let Some(ev) = &log.event {
+        // A non-fatal report: spindump's `Event:` / `Duration:` lines and the reason, in the exception column.
+        field(out, EXC, "Event", Some(&ev.kind));
+        field(out, EXC, "Duration", ev.duration.as_deref());
+        field(out, EXC, "Reason", ev.reason.as_deref());
+    }
     field(out, EXC, "Exception Type", e.exception_type.as_deref());
     field(out, EXC, "Exception Subtype", e.subtype.as_deref());
     field(out, EXC, "Exception Codes", e.codes.as_deref());

@@ -309,6 +309,8 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         buffers.push((rx, tx));
     }
     let (alt_base, alt_size) = prealloc::map_stack(config.alt_stack_size).map_err(close_dir)?;
+    // Stacks on demand (`crate::stacks`): the walkers.
+    let capture_pool = prealloc::capture_pool(config).map_err(close_dir)?;
 
     let mut mask = EXC_MASK_BAD_ACCESS | EXC_MASK_BAD_INSTRUCTION | EXC_MASK_ARITHMETIC | EXC_MASK_BREAKPOINT;
     if debugger_attached() {
@@ -341,6 +343,16 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     };
     let st: &'static State = Box::leak(Box::new(state));
     STATE.store(core::ptr::from_ref(st).cast_mut(), Ordering::Release);
+    let on_demand: &'static crate::ondemand::State = Box::leak(Box::new(crate::ondemand::State {
+        pool: capture_pool,
+        images,
+        opts: crate::unwind::WalkOptions { strip: st.pac, ..crate::unwind::WalkOptions::host() },
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
+        dir_fd: st.core.dir_fd,
+        text: &st.core.text,
+    }));
+    crate::ondemand::STATE.store(core::ptr::from_ref(on_demand).cast_mut(), Ordering::Release);
 
     if exc_port != MACH_PORT_NULL {
         for (role, (rx, tx)) in [Role::Secondary, Role::Primary].into_iter().zip(buffers) {
@@ -397,6 +409,11 @@ fn stop_mach(st: &State) {
 
 /// Uninstalls the handler. See [`crate::uninstall`].
 pub fn uninstall() -> Result<(), InstallError> {
+    if !is_installed() {
+        return Err(InstallError::NotInstalled);
+    }
+    // The hang watchdog first (a hang report under way is finished), as on Linux.
+    crate::hangs::stop();
     let mut guard = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
     let Some(inst) = guard.take() else { return Err(InstallError::NotInstalled) };
     let st = inst.state;
@@ -409,8 +426,13 @@ pub fn uninstall() -> Result<(), InstallError> {
     }
     stop_mach(st);
     crate::crash::writer::release_reserved(st.core.dir_fd);
-    // SAFETY: closing the directory opened at install.
-    unsafe { libc::close(st.core.dir_fd) };
+    crate::ondemand::STATE.store(core::ptr::null_mut(), Ordering::Release);
+    // Closed only once no non-fatal report is being written (left open if one does not finish in 10 s).
+    crate::nonfatal::while_no_report_is_written(|| {
+        // SAFETY: closing the directory opened at install; no non-fatal report is written meanwhile, and the
+        // on-demand state that names it is unpublished.
+        unsafe { libc::close(st.core.dir_fd) };
+    });
     STATE.store(core::ptr::null_mut(), Ordering::Release);
     Ok(())
 }

@@ -23,6 +23,8 @@ pub mod images;
 mod install;
 #[cfg(target_vendor = "apple")]
 pub(crate) mod objc_exception;
+#[cfg(target_vendor = "apple")]
+pub mod runloop;
 
 #[cfg(target_vendor = "apple")]
 pub use install::{install, is_installed, refresh_images, uninstall};

@@ -5,6 +5,7 @@
 // Runs after a fault: the crash-path lints.
 crash_path_mod! { pub mod crash; }
 pub mod images;
+pub mod ondemand;
 pub mod threads;
 
 use self::crash::{sys, ChainRecord, State, STATE};
@@ -28,6 +29,7 @@ struct Installed {
     state: &'static State,
     old_altstack: libc::stack_t,
     installer_tid: u64,
+    ondemand: ondemand::Installed,
 }
 
 // SAFETY: `old_altstack` holds a plain pointer value that is only handed back to `sigaltstack`.
@@ -58,6 +60,7 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     if stop_signal < libc::SIGRTMIN() || stop_signal > libc::SIGRTMAX() {
         return Err(InstallError::InvalidConfig("stop_signal is not a real-time signal"));
     }
+    let capture_signal = ondemand::capture_signal(config, stop_signal)?;
 
     let dir_fd = prealloc::open_report_dir(&config.report_dir, config.reserved_report_bytes)?;
     let close_dir = |e: InstallError| {
@@ -73,6 +76,8 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     // Every thread created from now on gets its own alternate stack (stack overflows on it are reported) and its
     // stack bounds recorded; see `threads`.
     threads::enable(config.alt_stack_size).map_err(close_dir)?;
+    // Stacks on demand (`crate::stacks`): walkers and the capture signal's handler.
+    let on_demand = ondemand::install(config, &state.core, &state.images, capture_signal).map_err(close_dir)?;
 
     // Publish the state before any handler can run.
     STATE.store(core::ptr::from_ref(state).cast_mut(), Ordering::Release);
@@ -101,7 +106,7 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         for sig in FATAL_SIGNALS {
             libc::sigaction(sig, &act, core::ptr::null_mut());
         }
-        *guard = Some(Installed { state, old_altstack: old_alt, installer_tid: sys::gettid() });
+        *guard = Some(Installed { state, old_altstack: old_alt, installer_tid: sys::gettid(), ondemand: on_demand });
     }
     Ok(())
 }
@@ -157,10 +162,18 @@ fn memory_pipe() -> Option<(i32, i32)> {
 }
 
 /// Uninstalls the handler. See [`crate::uninstall`].
+///
+/// The hang watchdog is stopped first (a hang report under way is finished), and the report directory is closed
+/// only once no non-fatal report is being written (`crate::nonfatal`; left open if one does not finish in 10 s).
 pub fn uninstall() -> Result<(), InstallError> {
+    if !is_installed() {
+        return Err(InstallError::NotInstalled);
+    }
+    crate::hangs::stop();
     let mut guard = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
     let Some(inst) = guard.take() else { return Err(InstallError::NotInstalled) };
     threads::disable();
+    ondemand::uninstall(&inst.ondemand);
     let st = inst.state;
     // SAFETY: restoring the actions saved at install, with valid pointers.
     unsafe {
@@ -169,9 +182,13 @@ pub fn uninstall() -> Result<(), InstallError> {
         if sys::gettid() == inst.installer_tid {
             libc::sigaltstack(&inst.old_altstack, core::ptr::null_mut());
         }
-        crate::crash::writer::release_reserved(st.core.dir_fd);
-        libc::close(st.core.dir_fd);
     }
+    crate::crash::writer::release_reserved(st.core.dir_fd);
+    crate::nonfatal::while_no_report_is_written(|| {
+        // SAFETY: closing the directory opened at install; no non-fatal report is written meanwhile, and the
+        // on-demand state that names it is unpublished.
+        unsafe { libc::close(st.core.dir_fd) };
+    });
     STATE.store(core::ptr::null_mut(), Ordering::Release);
     Ok(())
 }

@@ -834,8 +834,84 @@ fn trigger_vfork_child_then_parent() {
     trigger_null_deref();
 }
 
+/// Hang detection's stalls (`hang`): each blocks the event loop in its own frame without `idle()` first.
+const STALL: std::time::Duration = std::time::Duration::from_millis(1500);
+/// The hang threshold of `hang`: well above a loaded machine's (or qemu's) scheduling hiccups, well below STALL.
+const HANG_THRESHOLD: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A stall asleep (a blocking call in the event loop).
+#[inline(never)]
+fn stall_asleep() {
+    std::thread::sleep(black_box(STALL));
+    black_box(());
+}
+
+/// A stall busy (a long computation in the event loop).
+#[inline(never)]
+fn stall_busy() {
+    let until = std::time::Instant::now() + STALL;
+    let mut x = 0u64;
+    while std::time::Instant::now() < until {
+        x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+    black_box(x);
+}
+
+/// A stall longer than the slow-frame threshold, shorter than the hang threshold.
+#[inline(never)]
+fn stall_short() {
+    std::thread::sleep(black_box(std::time::Duration::from_millis(250)));
+    black_box(());
+}
+
+/// `n` turns of an event loop that waits 5 ms for each event (marked idle while it waits).
+#[inline(never)]
+fn event_loop(n: u32) {
+    for _ in 0..n {
+        handler::hangs::idle();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        handler::hangs::heartbeat();
+        black_box(n);
+    }
+}
+
+/// Trigger `hang` (no crash): hang detection on this thread (threshold HANG_THRESHOLD, slow frames at 150 ms);
+/// an event loop with two stalls of STALL (`stall_asleep`, `stall_busy`), one short stall, and a long idle wait
+/// (not a hang); then stops the watchdog and exits 0. Expected: exactly two hang reports, one per stall, each with
+/// its stall function on this thread.
+fn trigger_hangs() -> ! {
+    let config = handler::hangs::HangConfig {
+        threshold: HANG_THRESHOLD,
+        slow_frame: Some(std::time::Duration::from_millis(150)),
+        ..handler::hangs::HangConfig::default()
+    };
+    handler::hangs::start(&config).expect("start hang detection");
+    event_loop(40);
+    handler::hangs::heartbeat();
+    stall_asleep();
+    event_loop(40);
+    handler::hangs::heartbeat();
+    stall_busy();
+    event_loop(40);
+    handler::hangs::heartbeat();
+    stall_short();
+    event_loop(40);
+    // Waiting for an event that takes long to come is not a hang.
+    handler::hangs::idle();
+    std::thread::sleep(STALL);
+    handler::hangs::heartbeat();
+    event_loop(10);
+    handler::hangs::stop();
+    let s = handler::hangs::stats();
+    say(&format!("HANGS {}", s.hangs));
+    say(&format!("SLOW_FRAMES {}", s.slow_frames));
+    say(&format!("REPORT_FAILURES {}", s.report_failures));
+    std::process::exit(0)
+}
+
 fn run_trigger(trigger: &str, dir: &std::path::Path) {
     match trigger {
+        "hang" => trigger_hangs(),
         "null_deref" => trigger_null_deref(),
         "ro_write" => trigger_ro_write(),
         "sigbus" => trigger_sigbus(dir),

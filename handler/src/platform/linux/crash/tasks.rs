@@ -37,10 +37,33 @@ pub fn parse_dirents(buf: &[u8], f: &mut dyn FnMut(u64)) {
 /// KiB reads 500+ entries per call). Returns `Err(errno)` when `/proc/self/task` cannot be read.
 pub fn for_each_thread(buf: &mut [u8], f: &mut dyn FnMut(u64)) -> Result<(), i32> {
     // Out of descriptors (EMFILE), a spare reserved at install is freed and the open retried.
-    let fd = crate::crash::writer::open_with_spares(|| {
-        // SAFETY: the path is a NUL-terminated literal.
-        unsafe { libc::open(c"/proc/self/task".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) }
-    })?;
+    let fd = crate::crash::writer::open_with_spares(open_task_dir)?;
+    list_task_dir(fd, buf, f);
+    Ok(())
+}
+
+/// [`for_each_thread`] without the crash path's spare descriptors (out of descriptors it fails with `EMFILE`):
+/// for listings outside the crash path (non-fatal reports), which must leave the spares to a crash.
+///
+/// # Errors
+/// The `errno` of `open`.
+pub fn for_each_thread_no_spares(buf: &mut [u8], f: &mut dyn FnMut(u64)) -> Result<(), i32> {
+    let fd = open_task_dir();
+    if fd < 0 {
+        return Err(crate::crash::writer::errno());
+    }
+    list_task_dir(fd, buf, f);
+    Ok(())
+}
+
+/// `open` of `/proc/self/task`: the descriptor, or -1 with `errno`.
+fn open_task_dir() -> i32 {
+    // SAFETY: the path is a NUL-terminated literal.
+    unsafe { libc::open(c"/proc/self/task".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) }
+}
+
+/// Reads the directory `fd` (`/proc/self/task`) into `buf` and calls `f` per thread, then closes `fd`.
+fn list_task_dir(fd: i32, buf: &mut [u8], f: &mut dyn FnMut(u64)) {
     // Bounded: a directory of at most a few thousand entries ends in a few calls; the cap guards a broken procfs.
     for _ in 0..4096 {
         // SAFETY: `buf` is valid for writes of its length; `fd` is the directory we opened.
@@ -50,9 +73,8 @@ pub fn for_each_thread(buf: &mut [u8], f: &mut dyn FnMut(u64)) -> Result<(), i32
         }
         parse_dirents(buf.get(..n as usize).unwrap_or(&[]), f);
     }
-    // SAFETY: closing the descriptor opened above.
+    // SAFETY: closing the descriptor the caller opened and handed over.
     unsafe { libc::close(fd) };
-    Ok(())
 }
 
 /// Bytes of `/proc/self/task/<tid>/status` read: `SigBlk:` is about 1 KiB into the file (line 35 of about 55
@@ -63,17 +85,28 @@ const STATUS_BYTES: usize = 2048;
 /// most significant digit first, bit `sig - 1` for signal `sig` (`fs/proc/array.c` `render_sigset_t`). `None` when
 /// the line is missing or cut, or `sig` is out of range. Pure; bounds-checked.
 pub fn sigblk_has(status: &[u8], sig: i32) -> Option<bool> {
-    const KEY: &[u8] = b"SigBlk:";
+    mask_has(status, b"SigBlk:", sig)
+}
+
+/// Whether a `/proc/<pid>/task/<tid>/status` text says signal `sig` is pending for that very thread (`SigPnd:`,
+/// the thread's private queue, where `tgkill` and `rt_tgsigqueueinfo` put a signal; `fs/proc/array.c`
+/// `task_sig`). As [`sigblk_has`] otherwise.
+pub fn sigpnd_has(status: &[u8], sig: i32) -> Option<bool> {
+    mask_has(status, b"SigPnd:", sig)
+}
+
+/// Whether the signal mask on line `key` of a status text has signal `sig` (see [`sigblk_has`]).
+fn mask_has(status: &[u8], key: &[u8], sig: i32) -> Option<bool> {
     let bit = usize::try_from(sig.checked_sub(1)?).ok()?;
     let mut start = 0usize;
     let line = loop {
         let rest = status.get(start..)?;
         let end = rest.iter().position(|b| *b == b'\n');
         let line = rest.get(..end.unwrap_or(rest.len()))?;
-        if line.starts_with(KEY) {
+        if line.starts_with(key) {
             // A line without its newline may be cut by the read: only trust complete lines.
             end?;
-            break line.get(KEY.len()..)?;
+            break line.get(key.len()..)?;
         }
         start = start.checked_add(end?.checked_add(1)?)?;
     };
@@ -89,6 +122,26 @@ pub fn sigblk_has(status: &[u8], sig: i32) -> Option<bool> {
 /// cannot be told (the thread is gone, `/proc` is not mounted, no descriptor is free). Async-signal-safe: raw
 /// `open`/`read`/`close` into a 2 KiB stack buffer, no formatting.
 pub fn blocks_signal(tid: u64, sig: i32) -> Option<bool> {
+    let mut buf = [0u8; STATUS_BYTES];
+    let got = read_status(tid, &mut buf).ok()?;
+    sigblk_has(buf.get(..got)?, sig)
+}
+
+/// Whether signal `sig` is pending for thread `tid` of this process (sent to it and not yet taken: it blocks the
+/// signal, or has not run since), from `SigPnd:` of `/proc/self/task/<tid>/status`. `Some(false)` when the thread
+/// does not exist (`ENOENT`: nothing is pending for a thread that exited, its queue went with it); `None` when it
+/// cannot be told (`/proc` is not mounted, no descriptor is free). Async-signal-safe, as [`blocks_signal`].
+pub fn signal_pending(tid: u64, sig: i32) -> Option<bool> {
+    let mut buf = [0u8; STATUS_BYTES];
+    match read_status(tid, &mut buf) {
+        Ok(got) => sigpnd_has(buf.get(..got)?, sig),
+        Err(libc::ENOENT | libc::ESRCH) => Some(false),
+        Err(_) => None,
+    }
+}
+
+/// Reads the start of `/proc/self/task/<tid>/status` into `buf`; how many bytes, or the `errno` of `open`.
+fn read_status(tid: u64, buf: &mut [u8; STATUS_BYTES]) -> Result<usize, i32> {
     const PREFIX: &[u8] = b"/proc/self/task/";
     const SUFFIX: &[u8] = b"/status\0";
     let mut path = [0u8; 64];
@@ -96,7 +149,7 @@ pub fn blocks_signal(tid: u64, sig: i32) -> Option<bool> {
     let mut v = tid;
     let mut n = 0usize;
     loop {
-        let slot = digits.get_mut(n)?;
+        let slot = digits.get_mut(n).ok_or(libc::EINVAL)?;
         // `v % 10` is below 10, so the sum is an ASCII digit.
         *slot = b'0'.wrapping_add((v % 10) as u8);
         n = n.saturating_add(1);
@@ -105,15 +158,15 @@ pub fn blocks_signal(tid: u64, sig: i32) -> Option<bool> {
             break;
         }
     }
-    for (i, b) in PREFIX.iter().chain(digits.get(..n)?.iter().rev()).chain(SUFFIX.iter()).enumerate() {
-        *path.get_mut(i)? = *b;
+    let digits = digits.get(..n).ok_or(libc::EINVAL)?;
+    for (i, b) in PREFIX.iter().chain(digits.iter().rev()).chain(SUFFIX.iter()).enumerate() {
+        *path.get_mut(i).ok_or(libc::EINVAL)? = *b;
     }
     // SAFETY: `path` is NUL-terminated (SUFFIX ends with NUL and fit in the buffer).
     let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
-        return None;
+        return Err(crate::crash::writer::errno());
     }
-    let mut buf = [0u8; STATUS_BYTES];
     let mut got = 0usize;
     // Bounded: procfs fills a read in one call; a few more guard short reads.
     for _ in 0..8 {
@@ -130,7 +183,7 @@ pub fn blocks_signal(tid: u64, sig: i32) -> Option<bool> {
     }
     // SAFETY: closing the descriptor opened above.
     unsafe { libc::close(fd) };
-    sigblk_has(buf.get(..got)?, sig)
+    Ok(got)
 }
 
 #[cfg(test)]
@@ -156,6 +209,17 @@ mod tests {
         parse_dirents(&buf[..buf.len() - 3], &mut |t| got.push(t));
         assert_eq!(got, vec![1234, 99_999_999]);
         parse_dirents(&[0u8; 40], &mut |_| panic!("no entries"));
+    }
+
+    #[test]
+    fn reads_the_pending_mask_of_the_thread() {
+        let status = b"Name:\tx\nShdPnd:\t0000000000000002\nSigPnd:\t0400000000000000\nSigBlk:\t0000000000000001\n";
+        assert_eq!(sigpnd_has(status, 59), Some(true), "SIGRTMAX-5 on x86_64 is 59: bit 58");
+        assert_eq!(sigpnd_has(status, 2), Some(false), "the process-wide queue (ShdPnd) is not the thread's");
+        assert_eq!(sigpnd_has(status, 1), Some(false));
+        assert_eq!(sigpnd_has(b"SigPnd:\t04", 3), None, "a cut line is not trusted");
+        // A thread that does not exist has nothing pending.
+        assert_eq!(signal_pending(u64::from(u32::MAX >> 2), 10), Some(false));
     }
 
     #[test]
