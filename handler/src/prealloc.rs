@@ -122,7 +122,29 @@ pub(crate) fn reserve_report_file(dir_fd: i32, bytes: usize) -> Result<(), i32> 
     if !crate::crash::writer::set_reserved(fd, pid, name.as_bytes()) {
         return fail(libc::ENAMETOOLONG);
     }
+    RESERVED_DIR.store(dir_fd, std::sync::atomic::Ordering::Release);
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    AT_EXIT.call_once(|| {
+        // SAFETY: registering a plain `extern "C" fn()` with no captured state.
+        unsafe { libc::atexit(remove_reservation_at_exit) };
+    });
     Ok(())
+}
+
+/// The report directory of the current reservation, for [`remove_reservation_at_exit`].
+#[cfg(unix)]
+static RESERVED_DIR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// `atexit` handler: a process that ends by `exit` removes its unused reservation, so reservations outlive only
+/// processes that crashed or were killed (the reporter removes those). A crash racing it takes the reservation or
+/// finds it gone and creates its file (`crash::writer::take_reserved` hands it out once); after `uninstall` there
+/// is none left.
+#[cfg(unix)]
+extern "C" fn remove_reservation_at_exit() {
+    let dir_fd = RESERVED_DIR.load(std::sync::atomic::Ordering::Acquire);
+    if dir_fd >= 0 {
+        crate::crash::writer::release_reserved(dir_fd);
+    }
 }
 
 /// Whether files can be created in directory `dir_fd` (see [`open_report_dir`]); `Err(errno)` when not.
