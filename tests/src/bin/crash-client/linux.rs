@@ -1100,6 +1100,8 @@ pub fn main() {
     let cxx = trigger.starts_with("cxx_").then(|| load_cxx_library(&dir));
     let mut config = handler::Config::new(&dir);
     config.app_id = "crash-client".into();
+    // The reserved report file (off by default): the crash matrix runs through it.
+    config.reserved_report_bytes = 64 * 1024;
     if let Err(e) = handler::install(&config) {
         eprintln!("install failed: {e}");
         std::process::exit(3);
