@@ -48,7 +48,7 @@ pub struct Config {
     /// reservation; every report file is created after the fault.
     ///
     /// **Off by default (0)** for now: cutting the reservation's zeros beyond the report (`ftruncate`) costs about
-    /// 2 ms on ext4, measured on this project's CI machine, against about 0.3 ms for overwrite, `fdatasync` and
+    /// 2 ms on ext4, measured on the development machine (BENCHMARKS.md), against about 0.3 ms for overwrite, `fdatasync` and
     /// `rename` alone and 0.5 ms for a new file with its directory `fsync`. So the reserved path is slower until
     /// the zeros are left in place for the reader to ignore (a format change: zero padding after the end section).
     pub reserved_report_bytes: usize,

@@ -268,11 +268,16 @@ pub fn take_reserved(pid: i32) -> Option<(i32, [u8; 64])> {
     if fd < 0 {
         return None;
     }
+    Some((fd, reserved_name()))
+}
+
+/// The reservation's name (NUL-terminated: [`set_reserved`] stores 63 bytes at most). Signal-safe: atomic loads.
+fn reserved_name() -> [u8; 64] {
     let mut name = [0u8; 64];
     for (d, s) in name.iter_mut().zip(RESERVED_NAME.iter()) {
         *d = s.load(Ordering::Relaxed);
     }
-    Some((fd, name))
+    name
 }
 
 /// Uninstall: closes the reservation's descriptor and removes its file from `dir_fd`, unless a crash took it.
@@ -281,10 +286,7 @@ pub fn release_reserved(dir_fd: i32) {
     if fd < 0 {
         return;
     }
-    let mut name = [0u8; 64];
-    for (d, s) in name.iter_mut().zip(RESERVED_NAME.iter()) {
-        *d = s.load(Ordering::Relaxed);
-    }
+    let name = reserved_name();
     // SAFETY: `fd` was the reservation's (the swap made it ours alone); `name` is NUL-terminated (63 bytes at most
     // were stored).
     unsafe {
