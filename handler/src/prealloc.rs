@@ -17,6 +17,38 @@ pub(crate) fn leak_slice<T: Clone>(n: usize, v: T) -> Result<&'static mut [T], I
     Ok(Vec::leak(vec))
 }
 
+/// Integer types whose all-zero bit pattern is a valid value (the element types [`leak_zeroed`] accepts).
+pub(crate) trait Zeroed: Copy {}
+impl Zeroed for u8 {}
+impl Zeroed for u32 {}
+impl Zeroed for u64 {}
+
+/// A leaked, preallocated slice of `n` zeros for the crash path (install time; never freed), allocated zeroed
+/// (`alloc_zeroed`, i.e. `calloc` with the system allocator): large blocks come as fresh pages the kernel zeroes on
+/// first touch, so install neither writes them nor makes them resident. With 300 libraries loaded, writing every
+/// preallocated byte at install was about a quarter of `handler::install` (`perf`, BENCHMARKS.md). The crash path
+/// touches only the pages it uses; a first touch is a page fault the kernel serves, not an allocation (the same
+/// holds for the `MAP_NORESERVE` signal stacks).
+///
+/// # Errors
+/// [`InstallError::OutOfMemory`] when the allocation fails.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+pub(crate) fn leak_zeroed<T: Zeroed>(n: usize) -> Result<&'static mut [T], InstallError> {
+    let layout = std::alloc::Layout::array::<T>(n).map_err(|_| InstallError::OutOfMemory)?;
+    if layout.size() == 0 {
+        return Ok(&mut []);
+    }
+    // SAFETY: `layout` has a non-zero size (checked above).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if p.is_null() {
+        return Err(InstallError::OutOfMemory);
+    }
+    // SAFETY: `p` is a fresh, never-freed allocation of `n` properly aligned `T`s, all bytes zero, which `Zeroed`
+    // guarantees is a valid `T`; nothing else refers to it.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
+}
+
 /// A leaked copy of `b` (install-time text the crash path reads).
 #[cfg(unix)]
 pub(crate) fn leak_bytes(b: &[u8]) -> &'static [u8] {
@@ -296,8 +328,8 @@ pub(crate) fn image_list(config: &crate::config::Config) -> Result<crate::crash:
     use crate::crash::images::{ImageEntry, ImageList};
     Ok(ImageList::from_parts(
         leak_slice(config.max_images, ImageEntry::default())?,
-        leak_slice(config.image_path_bytes, 0u8)?,
-        leak_slice(config.max_images, 0u32)?,
+        leak_zeroed::<u8>(config.image_path_bytes)?,
+        leak_zeroed::<u32>(config.max_images)?,
     ))
 }
 
@@ -310,13 +342,13 @@ pub(crate) fn image_list(config: &crate::config::Config) -> Result<crate::crash:
 pub(crate) fn writer_buffers(config: &crate::config::Config) -> Result<crate::crash::capture::Buffers, InstallError> {
     use crate::crash::raw_buf::RawBuf;
     Ok(crate::crash::capture::Buffers {
-        scratch: RawBuf::new(leak_slice(SCRATCH_BYTES, 0u8)?),
-        write_buf: RawBuf::new(leak_slice(WRITE_BUF_BYTES, 0u8)?),
-        frames: RawBuf::new(leak_slice(config.max_frames, 0u64)?),
-        trust: RawBuf::new(leak_slice(config.max_frames, 0u8)?),
+        scratch: RawBuf::new(leak_zeroed::<u8>(SCRATCH_BYTES)?),
+        write_buf: RawBuf::new(leak_zeroed::<u8>(WRITE_BUF_BYTES)?),
+        frames: RawBuf::new(leak_zeroed::<u64>(config.max_frames)?),
+        trust: RawBuf::new(leak_zeroed::<u8>(config.max_frames)?),
         repeats: RawBuf::new(leak_slice(REPEATS, crate::unwind::Repeat::default())?),
         rules: RawBuf::new(leak_slice(1, crate::unwind::RuleCache::EMPTY)?),
-        used_images: RawBuf::new(leak_slice(config.max_images.div_ceil(64).max(1), 0u64)?),
+        used_images: RawBuf::new(leak_zeroed::<u64>(config.max_images.div_ceil(64).max(1))?),
     })
 }
 

@@ -128,12 +128,20 @@ pub fn disable() {
     ALT_STACK_SIZE.store(0, Ordering::Release);
 }
 
-/// Records the calling thread's stack `[lo, hi)` from `pthread_getattr_np` (for the main thread glibc derives it
-/// from `/proc/self/maps` and `RLIMIT_STACK`: the most the stack may grow to, so only other threads' stacks,
-/// mapped whole by `pthread_create`, are recorded as mapped). Returns whether it was recorded.
+/// Records the calling thread's stack `[lo, hi)`. Returns whether it was recorded.
+///
+/// Threads other than the main thread: `pthread_getattr_np` (their stack was mapped whole by `pthread_create`, so
+/// it is recorded as mapped). The main thread: [`main_thread_bounds`], because for it glibc's `pthread_getattr_np`
+/// reads and parses all of `/proc/self/maps`, which took about 2.7 ms of a 5.4 ms install with 300 libraries loaded
+/// (1,775 mappings; `perf` on the benchmark's install probe, BENCHMARKS.md).
 fn record_own_bounds() -> bool {
     let tid = crate::platform::linux::crash::sys::gettid();
-    let mapped = u64::try_from(crate::platform::linux::crash::sys::getpid()).is_ok_and(|pid| pid != tid);
+    let is_main = u64::try_from(crate::platform::linux::crash::sys::getpid()).is_ok_and(|pid| pid == tid);
+    if is_main {
+        let here = 0u8;
+        return main_thread_bounds(core::ptr::addr_of!(here) as u64)
+            .is_some_and(|(lo, hi)| stack_bounds::record(tid, lo, hi, false));
+    }
     // SAFETY: the attribute object is filled by pthread_getattr_np and destroyed after use; valid out-pointers.
     unsafe {
         let mut attr: libc::pthread_attr_t = core::mem::zeroed();
@@ -145,8 +153,54 @@ fn record_own_bounds() -> bool {
         let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
         libc::pthread_attr_destroy(&mut attr);
         let lo = addr as u64;
-        ok && lo.checked_add(size as u64).is_some_and(|hi| stack_bounds::record(tid, lo, hi, mapped))
+        ok && lo.checked_add(size as u64).is_some_and(|hi| stack_bounds::record(tid, lo, hi, true))
     }
+}
+
+/// The main thread's stack `[lo, hi)` as glibc's `pthread_getattr_np` defines it, without reading
+/// `/proc/self/maps`: `hi` is the end of the mapped range that holds `sp` (the top of the `[stack]` mapping; found
+/// with `mincore`, which fails with `ENOMEM` on an unmapped page: a doubling search upwards, then a binary search,
+/// about 2 × log2(pages above `sp`) system calls), and `lo` is `hi` minus `RLIMIT_STACK` (the most the stack may grow
+/// to; 0 when unlimited, where glibc would stop at the mapping below). Not recorded as mapped: the stack grows on
+/// demand, so only the crash path's fault-proof reader reads it. `None` when `sp`'s own page is not mapped.
+pub(crate) fn main_thread_bounds(sp: u64) -> Option<(u64, u64)> {
+    let page = crate::prealloc::page_size() as u64;
+    let base = sp & !(page - 1);
+    let mapped = |pages: u64| -> bool {
+        let Some(at) = pages.checked_mul(page).and_then(|o| base.checked_add(o)) else { return false };
+        let mut vec = 0u8;
+        // SAFETY: one page at a page-aligned address; `vec` receives one byte. `mincore` only reports (ENOMEM for
+        // an unmapped page) and changes nothing.
+        unsafe { libc::mincore(at as *mut c_void, page as usize, &mut vec) == 0 }
+    };
+    if !mapped(0) {
+        return None;
+    }
+    // The first unmapped page is between `known_mapped` (mapped) and `bound` (unmapped), in pages above `base`.
+    let mut known_mapped = 0u64;
+    let mut bound = 1u64;
+    while mapped(bound) {
+        known_mapped = bound;
+        bound = bound.checked_mul(2)?;
+    }
+    while bound - known_mapped > 1 {
+        let mid = known_mapped + (bound - known_mapped) / 2;
+        if mapped(mid) {
+            known_mapped = mid;
+        } else {
+            bound = mid;
+        }
+    }
+    let hi = base.checked_add(bound.checked_mul(page)?)?;
+    // SAFETY: valid out-pointer.
+    let mut rl: libc::rlimit = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    let limit = if unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut rl) } == 0 && rl.rlim_cur != libc::RLIM_INFINITY {
+        (rl.rlim_cur as u64) & !(page - 1)
+    } else {
+        u64::MAX
+    };
+    Some((hi.saturating_sub(limit), hi))
 }
 
 /// Maps an alternate stack of `size` bytes (rounded up to pages) with a guard page below, with the same
@@ -272,6 +326,45 @@ mod tests {
         // SAFETY: as above.
         assert_eq!(unsafe { libc::sigaltstack(core::ptr::null(), &mut cur) }, 0);
         cur
+    }
+
+    /// The mapped ranges of `/proc/self/maps`, adjacent ones merged: `(start, end)`.
+    fn mapped_runs() -> Vec<(u64, u64)> {
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for line in maps.lines() {
+            let range = line.split_whitespace().next().expect("range");
+            let (a, b) = range.split_once('-').expect("a-b");
+            let (a, b) = (u64::from_str_radix(a, 16).expect("hex"), u64::from_str_radix(b, 16).expect("hex"));
+            match runs.last_mut() {
+                Some(last) if last.1 == a => last.1 = b,
+                _ => runs.push((a, b)),
+            }
+        }
+        runs
+    }
+
+    /// `main_thread_bounds` finds the end of the mapped range holding `sp` exactly (checked against
+    /// `/proc/self/maps`, for this thread's stack), and `lo` is that end minus `RLIMIT_STACK`.
+    #[test]
+    fn the_stack_top_is_found_without_reading_the_maps() {
+        let local = 0u8;
+        let sp = core::ptr::addr_of!(local) as u64;
+        let (lo, hi) = main_thread_bounds(sp).expect("bounds");
+        let run = mapped_runs().into_iter().find(|&(a, b)| a <= sp && sp < b).expect("sp is mapped");
+        assert_eq!(hi, run.1, "top of the mapped range holding {sp:#x}: {run:x?}");
+        // SAFETY: valid out-pointer.
+        let mut rl: libc::rlimit = unsafe { core::mem::zeroed() };
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut rl) }, 0);
+        if rl.rlim_cur == libc::RLIM_INFINITY {
+            assert_eq!(lo, 0);
+        } else {
+            let page = crate::prealloc::page_size() as u64;
+            assert_eq!(lo, hi.saturating_sub(rl.rlim_cur as u64 & !(page - 1)));
+        }
+        // An address no mapping holds has no bounds.
+        assert_eq!(main_thread_bounds(8), None);
     }
 
     /// The wrapper is what `std::thread::spawn` reaches, and with it enabled a new thread has an alternate stack of
