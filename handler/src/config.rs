@@ -45,12 +45,13 @@ pub struct Config {
     /// with `flock` for the life of the process; `crash::writer::take_reserved`). The first crash writes its report
     /// into it: no file is created after the fault, the blocks are already allocated (the report needs no new
     /// blocks when it fits), and one `fdatasync` makes it durable. A larger report grows the file. 0: no
-    /// reservation; every report file is created after the fault.
+    /// reservation; every report file is created after the fault. Default 64 KiB (a report of 64 threads × 32
+    /// frames with 300 images takes about 18 KiB).
     ///
-    /// **Off by default (0)** for now: cutting the reservation's zeros beyond the report (`ftruncate`) costs about
-    /// 2 ms on ext4, measured on the development machine (BENCHMARKS.md), against about 0.3 ms for overwrite, `fdatasync` and
-    /// `rename` alone and 0.5 ms for a new file with its directory `fsync`. So the reserved path is slower until
-    /// the zeros are left in place for the reader to ignore (a format change: zero padding after the end section).
+    /// The zeros beyond the report stay in the file (format 2.4 zero padding after the end section, which readers
+    /// ignore and the reporter leaves out of uploads): cutting them with `ftruncate` cost about 2 ms on ext4 on the
+    /// development machine (BENCHMARKS.md), against about 0.3 ms for overwrite, `fdatasync` and `rename`, and
+    /// 0.5 ms for a new file with its directory `fsync`.
     pub reserved_report_bytes: usize,
     /// Walkers preallocated for stacks on demand (`crate::stacks`), non-fatal reports and hang detection: how many
     /// captures can run at once (a capture waits up to 10 ms for a walker, then fails with `Busy`). About 90 KiB of
@@ -66,7 +67,7 @@ pub struct Config {
 
 impl Config {
     /// Defaults: 512 threads, 512 frames, 1024 images with 128 KiB of paths, 128 KiB alternate stack, 256 KiB
-    /// crash stack, 1 s stop timeout, 10 s release timeout, no reserved report file, 1 walker for stacks on demand.
+    /// crash stack, 1 s stop timeout, 10 s release timeout, a 64 KiB reserved report file, 1 walker for stacks on demand.
     pub fn new(report_dir: impl Into<PathBuf>) -> Self {
         Config {
             report_dir: report_dir.into(),
@@ -82,7 +83,7 @@ impl Config {
             stop_timeout_ms: 1000,
             release_timeout_ms: 10_000,
             stop_signal: None,
-            reserved_report_bytes: 0,
+            reserved_report_bytes: 64 * 1024,
             capture_walkers: 1,
             capture_signal: None,
         }

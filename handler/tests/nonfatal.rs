@@ -81,7 +81,7 @@ fn non_fatal_reports_hold_every_thread_and_allocate_nothing() {
     let d = report_format::decode(&std::fs::read(&files[0]).expect("read")).expect("decodes");
     assert!(d.is_intact(), "{:?}", d.problems);
     let r = d.report;
-    assert_eq!(r.format_version, (2, 3));
+    assert_eq!(r.format_version, (2, 4));
     let nf = r.meta.as_ref().and_then(|m| m.non_fatal.clone()).expect("non-fatal");
     assert_eq!((nf.kind.as_str(), nf.reason.as_deref(), nf.duration_ns), ("app", Some("checkout took 4 s"), None));
     let me = handler::stacks::current_thread_id();

@@ -107,7 +107,7 @@ pub enum ProblemKind {
         /// Valid section headers found before it.
         found: u32,
     },
-    /// Bytes after the end marker.
+    /// Bytes after the end marker that are not all zero (zero padding is [`Decoded::padding`], not damage).
     TrailingBytes {
         /// How many.
         len: usize,
@@ -224,6 +224,10 @@ pub struct Decoded {
     pub problems: Vec<Problem>,
     /// Whether a valid end marker was found.
     pub end_found: bool,
+    /// Zero bytes after the end section (format 2.4, SCHEMA.md §2: a report written into the file the handler
+    /// reserved at install keeps that file's zeros beyond its end). Not damage; 0 when there are none. A reader
+    /// that passes the report on (the reporter's upload) cuts them.
+    pub padding: usize,
 }
 
 impl Decoded {
@@ -339,7 +343,10 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, DecodeError> {
                 }),
             }
             let tail = bytes.len() - (body_at + len);
-            if tail > 0 {
+            let rest = bytes.get(body_at + len..).unwrap_or(&[]);
+            if tail > 0 && rest.iter().all(|b| *b == 0) {
+                out.padding = tail;
+            } else if tail > 0 {
                 out.problems.push(Problem {
                     offset: body_at + len,
                     section: None,

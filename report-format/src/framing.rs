@@ -27,8 +27,10 @@ pub const FORMAT_MAJOR: u16 = 2;
 /// sources (SCHEMA.md §4.2.1, §4.5); a 2.0 reader ignores them. 2.2 added the frame trust value 6, `async` (a Swift
 /// async context's resume function, SCHEMA.md §4.3.2); a 2.0 or 2.1 reader reads those frames as frames of unknown
 /// trust. 2.3 added META's `nf` map (a non-fatal report: hang, manual, app; SCHEMA.md §4.1.1); an older 2.x reader
-/// ignores it and shows the report as a crash without an exception.
-pub const FORMAT_MINOR: u16 = 3;
+/// ignores it and shows the report as a crash without an exception. 2.4 allows zero padding after the end section
+/// (SCHEMA.md §2: the report file reserved at install keeps its zeros beyond the report); an older 2.x reader reads
+/// every section and lists the padding as trailing bytes.
+pub const FORMAT_MINOR: u16 = 4;
 
 /// Size in bytes of the file header: magic (8), major (2), minor (2), CRC-32 of the first 12 bytes (4).
 pub const FILE_HEADER_LEN: usize = 16;

@@ -230,3 +230,46 @@ fn v2_2_fixture_reads_as_a_crash_with_its_trust() {
     assert_eq!(t0.frame_trust, vec![Context, Cfi, FramePointer, Scan, LinkRegister]);
     assert!(t0.frames_truncated);
 }
+
+// ---- format 2.3 (`data/report-v2.3.crashreport`: the 2.3 encoder's every-field case, see `data/README.md`) ----
+
+#[test]
+fn v2_3_fixture_reads_as_before_the_padding_rule() {
+    let bytes = include_bytes!("data/report-v2.3.crashreport");
+    let d = report_format::decode(bytes).expect("a 2.3 file decodes");
+    assert!(d.problems.iter().all(|p| format!("{p:?}").contains("FrameImageMissing")), "{:?}", d.problems);
+    assert!(d.end_found);
+    assert_eq!(d.padding, 0);
+    let r = d.report;
+    assert_eq!(r.format_version, (2, 3));
+    let e = r.exception.expect("exception");
+    assert_eq!((e.signal, e.si_code, e.crashed_thread), (Some(11), Some(-6), Some(0)));
+    assert_eq!(e.language.expect("lx").kind, "rust");
+}
+
+// ---- format 2.4: zero padding after the end section ----
+
+/// Zeros after the end section are padding (a report written into the reserved file), not damage: the same
+/// sections, the same problems, and `padding` counts them. Anything else after the end is still reported.
+#[test]
+fn zero_padding_after_the_end_is_not_damage_but_other_bytes_are() {
+    let bytes = include_bytes!("data/report-v2.3.crashreport").to_vec();
+    let plain = report_format::decode(&bytes).expect("decodes");
+    let mut padded = bytes.clone();
+    padded.resize(65_536, 0);
+    let d = report_format::decode(&padded).expect("padded decodes");
+    assert_eq!(d.padding, 65_536 - bytes.len());
+    assert_eq!((d.report, d.problems, d.sections, d.end_found), (plain.report, plain.problems, plain.sections, true));
+
+    let mut junk = padded.clone();
+    junk[60_000] = 1;
+    let d = report_format::decode(&junk).expect("decodes");
+    assert_eq!(d.padding, 0);
+    assert!(
+        d.problems.iter().any(
+            |p| matches!(p.kind, report_format::ProblemKind::TrailingBytes { len } if len == 65_536 - bytes.len())
+        ),
+        "{:?}",
+        d.problems
+    );
+}

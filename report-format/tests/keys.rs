@@ -157,7 +157,7 @@ impl encode::ImageLookup for TwoImages {
 fn every_field_expected() -> Report {
     let names = regs::ARM64_NAMES;
     Report {
-        format_version: (2, 3),
+        format_version: (2, 4),
         meta: Some(Meta {
             report_id: ReportId(*b"\x6b\x5f\x0f\x36\x1a\x2d\x4c\x3e\x9b\x7a\x21\x04\xc8\xd1\x55\x90"),
             capture_time_ns: Some(1_763_700_000_123_456_789),

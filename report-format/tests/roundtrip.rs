@@ -41,7 +41,7 @@ fn named_registers_and_helpers() {
 
 #[test]
 fn empty_report_is_valid() {
-    let report = report_format::Report { format_version: (2, 3), ..Default::default() };
+    let report = report_format::Report { format_version: (2, 4), ..Default::default() };
     let bytes = owned::to_bytes(&report).expect("encodes");
     let d = decode(&bytes).expect("decodes");
     assert!(d.is_intact());

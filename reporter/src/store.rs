@@ -368,13 +368,18 @@ impl Store {
 }
 
 impl Claim {
-    /// Reads the claimed report and checks every CRC.
+    /// Reads the claimed report and checks every CRC. The bytes returned are the report without the zero padding
+    /// a report written into the handler's reserved file keeps after its end section (format 2.4,
+    /// [`Decoded::padding`]), so uploads never carry it; the file itself is left as it is.
     ///
     /// # Errors
     /// I/O errors reading the file.
     pub fn read(&self) -> io::Result<(Vec<u8>, Result<Decoded, report_format::DecodeError>)> {
-        let bytes = fs::read(&self.path)?;
+        let mut bytes = fs::read(&self.path)?;
         let d = report_format::decode(&bytes);
+        if let Ok(d) = &d {
+            bytes.truncate(bytes.len().saturating_sub(d.padding));
+        }
         Ok((bytes, d))
     }
 
@@ -513,6 +518,26 @@ mod tests {
         let why = fs::read_to_string(s.root().join("damaged/torn-junk.tmp.crashreport.why")).expect("why");
         assert!(why.contains("torn write"));
         assert!(s.pending_dir().join(".fresh.tmp").exists(), "a write in progress is left alone");
+    }
+
+    /// A committed report that kept the reserved file's zeros (format 2.4 padding) is read for upload without
+    /// them, and decodes intact; the file on disk is not rewritten.
+    #[test]
+    fn a_claimed_report_is_read_without_its_zero_padding() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = Store::open(dir.path()).expect("open");
+        let report = report_format::owned::to_bytes(&report_format::Report::default()).expect("encode");
+        let mut padded = report.clone();
+        padded.resize(65_536, 0);
+        fs::write(s.pending_dir().join("p.crashreport"), &padded).expect("write");
+        let pending = s.pending().expect("list");
+        let claim = s.claim(&pending[0]).expect("claim").expect("claimed");
+        let (bytes, d) = claim.read().expect("read");
+        assert_eq!(bytes, report, "the upload carries the report without the zeros");
+        let d = d.expect("decodes");
+        assert_eq!(d.padding, 65_536 - report.len());
+        assert!(d.is_intact(), "{:?}", d.problems);
+        assert_eq!(fs::metadata(&claim.path).expect("stat").len(), 65_536, "the file is left as it is");
     }
 
     /// Reservations of ended processes: an unused one is deleted, a used one (a report and the reservation's

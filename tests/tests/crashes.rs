@@ -667,8 +667,8 @@ crash_test!(
 );
 
 /// The first report of a process is written into the file the handler reserved at install (the same inode): no
-/// file is created after the fault, nothing of the reservation is left behind, and the file holds exactly the
-/// report (the reservation's zeros beyond it are cut), intact.
+/// file is created after the fault, nothing of the reservation is left behind, and the file holds the report,
+/// intact, followed by the reservation's zeros (format 2.4 zero padding, not cut after the fault).
 #[test]
 fn the_first_report_is_written_into_the_file_reserved_at_install() {
     use std::os::unix::fs::MetadataExt;
@@ -686,6 +686,7 @@ fn the_first_report_is_written_into_the_file_reserved_at_install() {
     assert_eq!(ino, reserved[0], "the report is the reserved file, renamed; {ctx}");
     let d = report_format::decode(&std::fs::read(&run.reports[0]).expect("read")).expect("decodes");
     assert!(d.is_intact(), "{:?}; {ctx}", d.problems);
+    assert!(d.padding > 0, "the zeros beyond the report are left in place; {ctx}");
 }
 
 /// A disk that fills up (here: `RLIMIT_FSIZE` of 24 bytes, lowered by the crash hook, so writes fail with `EFBIG`;
@@ -717,7 +718,10 @@ fn disk_full_after_the_head_commits_a_torn_report() {
     assert_eq!(run.reports.len(), 1, "{ctx}");
     assert!(run.leftovers.is_empty(), "{:?}", run.leftovers);
     let bytes = std::fs::read(&run.reports[0]).expect("read");
-    assert_eq!(bytes.len(), 4096, "the write stopped at the limit");
+    // The report went into the 64 KiB file reserved at install: the write stopped at the limit, and the
+    // reservation's zeros follow (they are left in place, format 2.4).
+    assert_eq!(bytes.len(), 65536, "the reserved file");
+    assert!(bytes[4096..].iter().all(|b| *b == 0), "nothing written past the limit");
     let d = report_format::decode(&bytes).expect("decodes");
     assert!(!d.is_intact() && !d.end_found, "torn on purpose");
     assert!(d.report.meta.is_some(), "{:?}", d.problems);

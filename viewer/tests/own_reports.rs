@@ -547,7 +547,7 @@ fn swift_async_frames_print_as_apple_prints_any_frame_and_only_json_keeps_the_ma
     assert!(text.contains("\n2   iOSCrashingTest               \t       0x1007da345 0x1007d4000 + 25413\n"), "{text}");
     let json: serde_json::Value =
         serde_json::from_str(&render(&swift_async_report(Async), Layout::Modern, Format::Json)).unwrap();
-    assert_eq!(json["report"]["format_version"], serde_json::json!([2, 3]));
+    assert_eq!(json["report"]["format_version"], serde_json::json!([2, 4]));
     assert_eq!(json["report"]["threads"][0]["frame_trust"][2], "async");
     let frames = json["crash_log"]["threads"][0]["frames"].as_array().unwrap();
     let marks: Vec<&str> = frames.iter().map(|f| f["trust"].as_str().unwrap_or("")).collect();

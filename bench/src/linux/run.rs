@@ -134,7 +134,7 @@ const PHASE_NAMES: [&str; PHASES] = [
     "enumerate",
     "stop (report prepared meanwhile)",
     "walk + encode + write",
-    "commit (reserved file: fdatasync, ftruncate, rename)",
+    "commit (reserved file: fdatasync, rename)",
     "walk + encode + write: CPU of the handling thread",
     "stop: CPU of the handling thread (sending, preparing)",
 ];
@@ -631,7 +631,7 @@ fn run_with_peer(ctx: &Ctx, peer: &Peer) -> Result<(String, Vec<CrashSample>), S
         "\nDisk floors on this machine (in-process, no crash), {} times each. A new file (the peer's commit, and ours \
          when no reservation is left): write 65536 bytes to a temporary file, fsync it, rename it, fsync the \
          directory: median {} ms, max {} ms. Our first report's commit: 20,000 bytes over a 65,536-byte file of \
-         zeros written (and synced) beforehand, fdatasync, ftruncate, rename: median {} ms, max {} ms.\n",
+         zeros written (and synced) beforehand, fdatasync, rename (the zeros beyond the report stay): median {} ms, max {} ms.\n",
         floor.n,
         stats::ms(floor.median),
         stats::ms(floor.max),
@@ -668,7 +668,7 @@ fn commit_floor(work: &Path, size: usize, runs: usize) -> Result<Summary, String
 
 /// Times the commit of a report written into a reserved file (the handler's `FileKind::Reserved`): a file of
 /// `reserved` zero bytes written and synced beforehand (untimed), then, timed, `size` bytes written at offset 0,
-/// `fdatasync`, `ftruncate` to `size`, rename; no directory fsync.
+/// `fdatasync`, rename; no directory fsync, and the zeros beyond `size` stay (format 2.4 zero padding).
 fn reserved_commit_floor(work: &Path, size: usize, reserved: usize, runs: usize) -> Result<Summary, String> {
     use std::io::Write;
     let dir = work.join("floor-reserved");
@@ -684,7 +684,6 @@ fn reserved_commit_floor(work: &Path, size: usize, reserved: usize, runs: usize)
         let t0 = Instant::now();
         std::os::unix::fs::FileExt::write_all_at(&f, &data, 0).map_err(|e| e.to_string())?;
         f.sync_data().map_err(|e| e.to_string())?; // fdatasync(2) on Linux
-        f.set_len(size as u64).map_err(|e| e.to_string())?;
         drop(f);
         std::fs::rename(&res, &fin).map_err(|e| e.to_string())?;
         samples.push(t0.elapsed().as_nanos() as f64);

@@ -9,7 +9,7 @@ use report_format::regs;
 /// A realistic arm64 iOS-style report with every kind of section and field.
 pub fn sample_report(threads: u32, frames: u32, images: u32) -> Report {
     let mut r = Report {
-        format_version: (2, 3),
+        format_version: (2, 4),
         meta: Some(Meta {
             report_id: ReportId(*b"\x62\x51\x12\x5f\x09\x19\x48\x79\xb3\x6b\xf5\xf2\xd1\xe6\x90\x2e"),
             capture_time_ns: Some(1_659_543_061_245_500_000),
