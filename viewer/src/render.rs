@@ -288,6 +288,10 @@ fn basename(p: &str) -> &str {
 pub fn symbol_part(frame: &FrameLog, image: Option<&ImageLog>) -> String {
     match &frame.symbol {
         Some(sym) => symbol_text(sym, frame.inlined),
+        // An image the report knows nothing of (no name, no path: the `.ips` entry Apple writes for addresses
+        // outside every loaded image, base 0) has no load address to count from: Apple prints `???` (macOS 13.6
+        // and 15.5 Console translations in the corpus).
+        None if image.is_some_and(|i| i.name.is_none() && i.path.is_none()) => "???".to_string(),
         None => {
             let base = image.map(|i| i.base).unwrap_or(0);
             format!("{base:#x} + {}", frame.address.wrapping_sub(base))
@@ -557,7 +561,7 @@ fn render_macos(log: &CrashLog, out: &mut String) {
     out.push('\n');
     macos_termination(out, log, " ", W);
     out.push('\n');
-    macos_info_blocks(out, log, 1);
+    macos_info_blocks(out, log, 2);
     macos_tail(log, out);
 }
 
@@ -579,7 +583,8 @@ fn macos_termination(out: &mut String, log: &CrashLog, sep: &str, width: usize) 
 }
 
 /// macOS Application Specific Information, User Values and Kernel Triage (each followed by `blank_after` empty
-/// lines: 1 up to macOS 15, 2 from macOS 26), then `VM Region Info:`.
+/// lines: 2 in both layouts, as in Apple's macOS 15.5 and macOS 26 translations in the corpus), then `VM Region
+/// Info:`.
 fn macos_info_blocks(out: &mut String, log: &CrashLog, blank_after: usize) {
     text_block(out, "Application Specific Information:", &log.asi, blank_after);
     user_values(out, log, blank_after);
@@ -594,6 +599,13 @@ fn macos_info_blocks(out: &mut String, log: &CrashLog, blank_after: usize) {
 fn macos_tail(log: &CrashLog, out: &mut String) {
     last_exception_backtrace(out, log, false);
     threads_and_state(out, log, false, thread_header_macos);
+    // On macOS, the x86_64 state block (ending in `Trap Number:`) is followed by two empty lines when no instruction
+    // stream comes after it (macOS 13.6 Console translation in the corpus), one when one does (macOS 12.4).
+    if log.instruction_stream.is_none()
+        && log.crashed_state.as_ref().is_some_and(|st| st.register_set == report_format::regs::X86_64)
+    {
+        out.push('\n');
+    }
     binary_images(out, log, image_line_macos);
     out.push('\n');
     if let Some(m) = &log.ext_mods {
