@@ -150,7 +150,7 @@ fn without_trailing_spaces(s: &str) -> String {
 /// Renders one pair and compares it, applying only that pair's tolerated differences.
 fn check(pair: &Pair) -> Option<String> {
     let (ips, apple) = load(pair);
-    let mut got = match viewer::render_bytes(&ips) {
+    let got = match viewer::render_bytes(&ips) {
         Ok(t) => t,
         Err(e) => return Some(format!("does not load: {e}")),
     };
