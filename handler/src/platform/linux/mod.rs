@@ -117,8 +117,23 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
     let images = ImageTable::new(prealloc::image_list(config)?, prealloc::image_list(config)?);
     // SAFETY: the table is not shared yet; this is the only writer.
     unsafe { images.update(|l| images::snapshot(l, exe_path)) };
+    let memo = crash::link_map::Memo::new(
+        leak_zeroed::<u64>(config.max_images)?,
+        leak_zeroed::<u64>(config.max_images.saturating_mul(4))?,
+    );
     let crash_images =
-        crash::link_map::CrashImages::new(images::link_map_source(), exe_path, prealloc::image_list(config)?);
+        crash::link_map::CrashImages::new(images::link_map_source(), exe_path, prealloc::image_list(config)?, memo);
+    let mem_pipe = if crash::memory::process_vm_readv_works() { None } else { memory_pipe() };
+    {
+        // The crash-time list, built now from the link map and remembered (`Memo`): a crash while no library was
+        // loaded or unloaded since skips the walk.
+        let mut cache = vec![0u8; 8 * crash::memory::BLOCK];
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        let mut mem = crash::memory::ProcessVmReader::new(pid, &mut cache).with_pipe(mem_pipe);
+        // SAFETY: install, before the fatal signal handlers are set: nothing else uses the crash-time list.
+        unsafe { crash_images.prime(&mut mem, images.current()) };
+    }
     let (crash_base, crash_size) = prealloc::map_stack(config.crash_stack_size)?;
     let (os_release, os_version, machine) = uname_text();
     let text = Text {
@@ -143,7 +158,7 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
         crash_images,
         dirents: RawBuf::new(leak_zeroed::<u8>(DIRENT_BYTES)?),
         page: RawBuf::new(leak_zeroed::<u8>(crash::memory::CACHE_BYTES)?),
-        mem_pipe: if crash::memory::process_vm_readv_works() { None } else { memory_pipe() },
+        mem_pipe,
         crash_stack_top: (crash_base + crash_size) & !15,
         crash_stack: (crash_base, crash_size),
         prev_fatal: SavedActions::read(),

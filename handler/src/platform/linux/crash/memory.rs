@@ -207,7 +207,49 @@ impl<'a> ProcessVmReader<'a> {
     }
 }
 
+/// Most ranges one [`MemoryReader::read_gather`] system call reads (`process_vm_readv` takes up to `IOV_MAX` =
+/// 1024 iovecs, Linux `<linux/uio.h>` `UIO_MAXIOV`; 64 keeps the two iovec arrays at 2 KiB of stack).
+pub const GATHER: usize = 64;
+
 impl MemoryReader for ProcessVmReader<'_> {
+    /// One `process_vm_readv` per [`GATHER`] addresses, each range its own remote iovec (through the pipe, one
+    /// read per address). Bypasses the block cache: the ranges are read once.
+    fn read_gather(&mut self, addrs: &[u64], each: usize, buf: &mut [u8]) -> bool {
+        if each == 0 || addrs.len().checked_mul(each) != Some(buf.len()) {
+            return false;
+        }
+        if self.pipe.is_some() {
+            return addrs.iter().zip(buf.chunks_exact_mut(each)).all(|(a, chunk)| self.read_direct(*a, chunk));
+        }
+        let Some(chunk_bytes) = each.checked_mul(GATHER) else { return false };
+        for (addrs, out) in addrs.chunks(GATHER).zip(buf.chunks_mut(chunk_bytes)) {
+            let mut local = [libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 }; GATHER];
+            let mut remote = [libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 }; GATHER];
+            let mut n = 0usize;
+            for ((l, r), (a, dst)) in
+                local.iter_mut().zip(remote.iter_mut()).zip(addrs.iter().zip(out.chunks_exact_mut(each)))
+            {
+                // A range that wraps past 2^64 is never readable (and the kernel must not be asked about one).
+                if a.checked_add(each as u64).is_none() {
+                    return false;
+                }
+                *l = libc::iovec { iov_base: dst.as_mut_ptr().cast(), iov_len: each };
+                *r = libc::iovec { iov_base: *a as usize as *mut libc::c_void, iov_len: each };
+                n = n.saturating_add(1);
+            }
+            // SAFETY: each local iovec describes a distinct `each`-byte part of `buf`, valid for writes; the kernel
+            // validates the remote ranges and stops at the first unreadable one (or returns EFAULT) instead of
+            // faulting.
+            let got = unsafe {
+                libc::process_vm_readv(self.pid, local.as_ptr(), n as libc::c_ulong, remote.as_ptr(), n as libc::c_ulong, 0)
+            };
+            if got < 0 || Some(got as usize) != n.checked_mul(each) {
+                return false;
+            }
+        }
+        true
+    }
+
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
         const MASK: u64 = !(BLOCK as u64 - 1);
         let base = addr & MASK;
@@ -248,6 +290,35 @@ impl MemoryReader for ProcessVmReader<'_> {
 #[allow(clippy::arithmetic_side_effects, clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    /// `read_gather` reads every range (more than one system call's worth: 150 > [`GATHER`]) into its chunk, and
+    /// fails as a whole when one range is unmapped or the lengths disagree; through the pipe as well.
+    #[test]
+    fn gather_reads_many_ranges_and_fails_on_any_unmapped_one() {
+        let words: Vec<[u64; 4]> = (0..150u64).map(|i| [i, i * 3, !i, 0x5a5a]).collect();
+        let addrs: Vec<u64> = words.iter().rev().map(|w| w.as_ptr() as u64).collect();
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        for via_pipe in [false, true] {
+            if !via_pipe && !process_vm_readv_works() {
+                continue;
+            }
+            let mut r = ProcessVmReader::new(pid, &mut []);
+            if via_pipe {
+                r = r.with_pipe(Some(pipe()));
+            }
+            let mut buf = vec![0u8; 150 * 32];
+            assert!(r.read_gather(&addrs, 32, &mut buf), "pipe: {via_pipe}");
+            for (chunk, w) in buf.chunks_exact(32).zip(words.iter().rev()) {
+                let got: Vec<u64> = chunk.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect();
+                assert_eq!(got, w.to_vec(), "pipe: {via_pipe}");
+            }
+            let mut bad = addrs.clone();
+            bad[100] = 8; // the zero page is never mapped
+            assert!(!r.read_gather(&bad, 32, &mut buf), "pipe: {via_pipe}");
+            assert!(!r.read_gather(&addrs, 32, &mut buf[..64]), "lengths disagree");
+        }
+    }
 
     /// Blocks live in slot `block % slots`: reads across many pages return the right bytes, a block stays cached
     /// while no other block maps to its slot (a miss also fills the next slots with the next blocks, up to
