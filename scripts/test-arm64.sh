@@ -3,7 +3,8 @@
 # toolchain and runs their tests under qemu-user (../shared/docs/toolchain.md §2), in two passes:
 #   1. plain (frame pointers forced): `cargo test -p report-format -p handler -p crash-tests`, the frame oracle
 #      (`crash-tests --test oracle`: gdb-multiarch through qemu's gdb stub, against an aarch64 `libreporter.a` built
-#      here first) included;
+#      here first) and the C++ client (`crash-tests --test cxx_client`, the same library) included; the crash
+#      matrix's panic = "abort" cases run a crash client built here first under the `panic-abort` profile;
 #   2. pointer authentication: the crash client (std and handler included) built with
 #      `-Zbranch-protection=pac-ret`, so every saved return address in a frame record is signed; the crash matrix
 #      (`crash-tests --test crashes`) runs against it, and the PAC probe (`crash-tests --test pac`, built the same
@@ -130,6 +131,12 @@ for pass in $passes; do
       step "plain: build libreporter.a (aarch64) for the frame oracle" \
         aarch64 "$plain_dir" "$plain_flags" "" build -p reporter --lib
       export ORACLE_STATICLIB="$plain_dir/$target/debug/libreporter.a"
+      # The crash matrix's panic = "abort" client (tests/crashes.rs): the crash client under the `panic-abort`
+      # profile (root Cargo.toml), whose std is then built with panic=abort too; its own directory under the
+      # profile's name, so the plain build of the same binary stays.
+      step "plain: build the panic = \"abort\" crash client (aarch64)" \
+        aarch64 "$plain_dir" "$plain_flags" "" build --profile panic-abort -p crash-tests --bin crash-client
+      export CRASH_TESTS_PANIC_ABORT_CLIENT="$plain_dir/$target/panic-abort/crash-client"
       if ! command -v gdb-multiarch >/dev/null; then
         if ci; then
           echo "test-arm64: gdb-multiarch missing (CI is set): the frame oracle cannot run; apt-get install" \
@@ -146,7 +153,7 @@ for pass in $passes; do
       step "plain: cargo test -p report-format -p handler -p crash-tests" \
         aarch64 "$plain_dir" "$plain_flags" "" test -p report-format -p handler -p crash-tests
       step "plain: the frame oracle ran" oracle_summary "$ORACLE_SUMMARY"
-      unset ORACLE_SUMMARY ORACLE_STATICLIB
+      unset ORACLE_SUMMARY ORACLE_STATICLIB CRASH_TESTS_PANIC_ABORT_CLIENT
       ;;
     pac)
       # pac-ret: every function that saves x30 signs it (paciasp) before storing it in its frame record, std and
@@ -162,9 +169,13 @@ for pass in $passes; do
       # emulate and the harness's own return addresses do not matter): CRASH_TESTS_CLIENT picks the client, whose
       # DWARF and build id the matrix then checks the reports against.
       export CRASH_TESTS_CLIENT="$pac_client"
+      # The matrix's panic = "abort" case runs the plain pass's panic-abort client (built here if missing).
+      step "pac: build the panic = \"abort\" crash client (plain flags)" \
+        aarch64 "$plain_dir" "$plain_flags" "" build --profile panic-abort -p crash-tests --bin crash-client
+      export CRASH_TESTS_PANIC_ABORT_CLIENT="$plain_dir/$target/panic-abort/crash-client"
       step "pac: crash matrix against the pac-ret client" \
         aarch64 "$plain_dir" "$plain_flags" "$pac_cpu" test -p crash-tests --test crashes
-      unset CRASH_TESTS_CLIENT
+      unset CRASH_TESTS_CLIENT CRASH_TESTS_PANIC_ABORT_CLIENT
       ;;
     *)
       echo "test-arm64: unknown pass '$pass' (plain, pac)" >&2

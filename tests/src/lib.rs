@@ -253,3 +253,61 @@ pub fn find_in_order(frames: &[Vec<String>], wanted: &[&str]) -> Result<Vec<usiz
 pub fn id_bytes(image: &Image) -> Option<&[u8]> {
     image.id.as_ref().map(ImageId::bytes)
 }
+
+/// Builds with `cargo build <args> --locked --target-dir <target_dir>` from the workspace root and returns
+/// `target_dir`. For what a test needs and Cargo does not build for it: a staticlib of a dependency, a binary under
+/// another profile. Its own target directory, because the running `cargo test` holds the lock of its own while tests
+/// run (a build there would wait forever). `what` names the product in messages.
+///
+/// # Panics
+/// When cargo cannot be started or the build fails (with cargo's output).
+pub fn cargo_build(what: &str, args: &[&str], target_dir: &Path) -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let start = Instant::now();
+    let out = Command::new(cargo)
+        .arg("build")
+        .args(args)
+        .arg("--locked")
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(workspace)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET")
+        .output()
+        .expect("run cargo");
+    assert!(
+        out.status.success(),
+        "cargo build {} (for {what}) failed:\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{what}: cargo build took {:.1} s", start.elapsed().as_secs_f64());
+    target_dir.to_path_buf()
+}
+
+/// The reporter's static library (`libreporter.a`, its C ABI: `reporter/include/crash_reporter.h`) for C and C++
+/// test clients: `ORACLE_STATICLIB` when set (scripts/test-arm64.sh builds the aarch64 one and sets it; required
+/// under an emulator), else built with [`cargo_build`] into `<target>/oracle-staticlib` (`target` is the test's
+/// Cargo target directory; the frame oracle's tests and the C++ client share it). 33 s from cold on the 2-core
+/// development machine (the reporter's dependencies, rustls and ring included), 0.2 s when up to date.
+///
+/// # Panics
+/// Under an emulator without `ORACLE_STATICLIB`, or when the build fails.
+pub fn reporter_staticlib(target: &Path) -> PathBuf {
+    if let Some(p) = std::env::var_os("ORACLE_STATICLIB") {
+        return PathBuf::from(p);
+    }
+    assert!(
+        runner().is_none(),
+        "under an emulator the aarch64 libreporter.a comes from ORACLE_STATICLIB (scripts/test-arm64.sh builds it \
+         and sets it)"
+    );
+    cargo_build("libreporter.a", &["-p", "reporter", "--lib"], &target.join("oracle-staticlib"))
+        .join("debug")
+        .join("libreporter.a")
+}
+
+/// The native libraries a Rust staticlib needs on linux-gnu (`rustc --print native-static-libs`), as linker
+/// arguments for C and C++ clients of [`reporter_staticlib`].
+pub const STATICLIB_NATIVE_LIBS: &[&str] = &["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"];

@@ -131,7 +131,12 @@ fn check(e: &Expect) -> Checked {
 
 /// Runs `e` in `base` (the client's run directory is `base/<trigger>`), checks it, and returns what it left.
 fn check_in(e: &Expect, base: &Path) -> Checked {
-    let run = run(client(), e.trigger, base, e.limit);
+    check_client(client(), e, base)
+}
+
+/// [`check_in`] with the crash client at `client` (a build of the same source).
+fn check_client(client: &Path, e: &Expect, base: &Path) -> Checked {
+    let run = run(client, e.trigger, base, e.limit);
     let ctx = format!("trigger {}: stdout:\n{}\nstderr:\n{}", e.trigger, run.stdout, run.stderr);
     assert!(
         e.exit_signal.contains(&run.signal.unwrap_or(0)),
@@ -235,8 +240,8 @@ fn check_in(e: &Expect, base: &Path) -> Checked {
     }
 
     // The client binary is in the image list with the build id read from the file itself.
-    let img = client_image(&r, client()).unwrap_or_else(|| panic!("client image missing: {:#?}", r.images));
-    let sym = &Symbolizer::new(client());
+    let img = client_image(&r, client).unwrap_or_else(|| panic!("client image missing: {:#?}", r.images));
+    let sym = &Symbolizer::new(client);
     let file_id = sym.build_id.clone().expect("the client binary has a GNU build id");
     assert_eq!(crash_tests::id_bytes(img), Some(&file_id[..]), "build id");
 
@@ -438,6 +443,118 @@ fn rust_panic_with_abort() {
         r.crashed_thread().expect("crashed").index
     );
     assert!(text.contains(&want), "viewer text lacks\n{want}\nin\n{text}");
+}
+
+/// The crash client built the way users build a `panic = "abort"` app: the `panic-abort` profile (root
+/// Cargo.toml: `inherits = "dev"`, `panic = "abort"`), so the `panic_abort` runtime, not a hook, ends a panic.
+/// `CRASH_TESTS_PANIC_ABORT_CLIENT` when set (scripts/test-arm64.sh builds the aarch64 one and sets it; required
+/// under the emulator), else `cargo build --profile panic-abort -p crash-tests --bin crash-client` into
+/// `<target>/panic-abort-client` ([`crash_tests::cargo_build`]: the running `cargo test` holds its own target
+/// directory's lock). Its dependencies build once per target directory (about a minute from cold on 2 cores).
+fn panic_abort_client() -> &'static Path {
+    static CLIENT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    CLIENT.get_or_init(|| {
+        if let Some(p) = std::env::var_os("CRASH_TESTS_PANIC_ABORT_CLIENT") {
+            return p.into();
+        }
+        assert!(
+            crash_tests::runner().is_none(),
+            "under the emulator the panic = \"abort\" client comes from CRASH_TESTS_PANIC_ABORT_CLIENT \
+             (scripts/test-arm64.sh builds it and sets it)"
+        );
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().expect("target dir").join("panic-abort-client");
+        crash_tests::cargo_build(
+            "the panic = \"abort\" crash client",
+            &["--profile", "panic-abort", "-p", "crash-tests", "--bin", "crash-client"],
+            &target,
+        )
+        .join("panic-abort")
+        .join("crash-client")
+    })
+}
+
+/// The panic cases: SIGABRT (`SI_TKILL`: `abort(3)` raises it), zero allocations after the fault, the trigger
+/// function on the crashed thread's stack.
+const PANIC: Expect =
+    Expect { exit_signal: &[SIGABRT], signal: SIGABRT, si_code: Some(SI_TKILL), addr: Addr::None, ..NULL_READ };
+
+/// Runs a panic trigger with `client`; returns the run, its report and the viewer's text. Checks the build really
+/// is the one wanted (`PANIC_STRATEGY`, which the client prints from `cfg!(panic)`).
+fn panic_case(client: &Path, strategy: &str, e: &Expect) -> (Run, Report, String) {
+    let base = tempfile::tempdir().expect("tempdir");
+    let (run, r, _, _) = check_client(client, e, base.path());
+    assert_eq!(run.out_value("PANIC_STRATEGY"), Some(strategy), "{}: the client's build", client.display());
+    let text = viewer_text(&run);
+    (run, r, text)
+}
+
+/// A real `panic = "abort"` build: the panic hook chain ran (the handler's hook recorded the message and location)
+/// and the `panic_abort` runtime aborted; the report and the viewer's text carry the panic as in the imitated case.
+#[test]
+fn rust_panic_in_a_panic_abort_build() {
+    let (run, r, text) = panic_case(
+        panic_abort_client(),
+        "abort",
+        &Expect { trigger: "panic", frames: with_main(&["trigger_panic"]), ..PANIC },
+    );
+    let at = run.out_value("PANIC_AT").expect("the client printed the panic's location");
+    let lx = r.exception.as_ref().and_then(|e| e.language.as_ref()).expect("EXCEPTION lx");
+    assert_eq!(lx.kind, "rust");
+    assert_eq!(lx.reason.as_deref(), Some("deliberate panic from the crash client"));
+    assert_eq!(lx.location.as_deref(), Some(at));
+    assert_eq!(lx.thread_id, r.crashed_thread().and_then(|t| t.id), "the panicking thread is the crashed one");
+    assert!(r.messages.iter().all(|m| m.source.as_deref() != Some("panic")), "one panic, no earlier one");
+    let want = format!(
+        "Triggered by Thread:  {}\n\nApplication Specific Information:\npanicked at {at}:\n\
+         deliberate panic from the crash client\n\n\n",
+        r.crashed_thread().expect("crashed").index
+    );
+    assert!(text.contains(&want), "viewer text lacks\n{want}\nin\n{text}");
+}
+
+/// `panic = "abort"`: a panic in an `extern "C"` function aborts at once, with the panic's own message.
+#[test]
+fn rust_panic_in_an_extern_c_function_in_a_panic_abort_build() {
+    let (run, r, text) = panic_case(
+        panic_abort_client(),
+        "abort",
+        &Expect {
+            trigger: "panic_extern_c",
+            frames: with_main(&["panics_in_c_abi", "trigger_panic_extern_c"]),
+            ..PANIC
+        },
+    );
+    let at = run.out_value("PANIC_AT").expect("the client printed the panic's location");
+    let lx = r.exception.as_ref().and_then(|e| e.language.as_ref()).expect("EXCEPTION lx");
+    assert_eq!(lx.kind, "rust");
+    assert_eq!(lx.reason.as_deref(), Some("deliberate panic in an extern \"C\" function"));
+    assert_eq!(lx.location.as_deref(), Some(at));
+    let want =
+        format!("Application Specific Information:\npanicked at {at}:\ndeliberate panic in an extern \"C\" function\n");
+    assert!(text.contains(&want), "viewer text lacks\n{want}\nin\n{text}");
+}
+
+/// `panic = "unwind"` (the ordinary build, no hook imitating abort): the panic unwinds to the `extern "C"`
+/// boundary, where the runtime raises a second panic that cannot unwind and aborts. The report's language
+/// exception is that newest panic of the thread (std's message, a location in core); the original panic's message
+/// (without its location) is the `panic` message (handler/README.md, "Which panic"); the viewer prints both.
+#[test]
+fn rust_panic_in_an_extern_c_function_cannot_unwind() {
+    let (_, r, text) = panic_case(
+        client(),
+        "unwind",
+        &Expect { trigger: "panic_extern_c", frames: with_main(&["trigger_panic_extern_c"]), ..PANIC },
+    );
+    let lx = r.exception.as_ref().and_then(|e| e.language.as_ref()).expect("EXCEPTION lx");
+    assert_eq!(lx.kind, "rust");
+    assert_eq!(lx.reason.as_deref(), Some("panic in a function that cannot unwind"));
+    assert!(lx.location.as_deref().is_some_and(|l| l.contains("core/src/panicking.rs:")), "{:?}", lx.location);
+    assert_eq!(lx.thread_id, r.crashed_thread().and_then(|t| t.id));
+    let first = r.messages.iter().find(|m| m.source.as_deref() == Some("panic")).expect("the original panic");
+    assert_eq!(first.text, "deliberate panic in an extern \"C\" function", "its message (the location is not kept)");
+    assert!(text.contains("Application Specific Information:\npanicked at "), "{text}");
+    assert!(text.contains("panic in a function that cannot unwind\n"), "{text}");
+    assert!(text.contains(&first.text), "viewer text lacks the original panic {:?}\n{text}", first.text);
 }
 
 #[test]

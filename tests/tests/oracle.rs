@@ -123,39 +123,14 @@ fn gdb() -> Option<PathBuf> {
     .clone()
 }
 
-/// `libreporter.a` (see the module docs).
+/// `libreporter.a` (see the module docs): [`crash_tests::reporter_staticlib`], once per test process.
 ///
 /// # Panics
 /// Under the emulator without `ORACLE_STATICLIB`.
 fn staticlib() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
-        if let Some(p) = std::env::var_os("ORACLE_STATICLIB") {
-            return PathBuf::from(p);
-        }
-        assert!(
-            emulator().is_none(),
-            "under the emulator the aarch64 libreporter.a comes from ORACLE_STATICLIB (scripts/test-arm64.sh builds \
-             it and sets it)"
-        );
-        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().expect("target dir").join("oracle-staticlib");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let start = Instant::now();
-        let out = Command::new(cargo)
-            .args(["build", "-p", "reporter", "--lib", "--locked", "--target-dir"])
-            .arg(&target)
-            .current_dir(workspace())
-            .env_remove("CARGO_TARGET_DIR")
-            .env_remove("CARGO_BUILD_TARGET")
-            .output()
-            .expect("run cargo");
-        assert!(
-            out.status.success(),
-            "cargo build -p reporter (for libreporter.a) failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        eprintln!("libreporter.a: cargo build took {:.1} s", start.elapsed().as_secs_f64());
-        target.join("debug").join("libreporter.a")
+        crash_tests::reporter_staticlib(Path::new(env!("CARGO_TARGET_TMPDIR")).parent().expect("target dir"))
     })
 }
 
@@ -199,8 +174,8 @@ fn c_client(fp: Fp) -> &'static Path {
             .arg(ws.join("reporter/include"))
             .arg(ws.join("tests/c/oracle_client.c"))
             .arg(lib)
-            // The native libraries a Rust staticlib needs on linux-gnu (`rustc --print native-static-libs`).
-            .args(["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc", "-o"])
+            .args(crash_tests::STATICLIB_NATIVE_LIBS)
+            .arg("-o")
             .arg(&exe)
             // A host compiler started from under the emulator must not see the guest's library path.
             .env_remove("LD_LIBRARY_PATH")

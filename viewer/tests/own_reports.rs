@@ -497,6 +497,52 @@ fn cxx_and_rust_lines_follow_their_runtimes_wording() {
     );
 }
 
+/// Why it crashed in `.ips` output, the way Apple's files carry it: the reasons are `asi` lines under one image's
+/// name (the fixtures: `"asi" : {"libsystem_malloc.dylib":["BUG IN CLIENT OF LIBMALLOC: ...", ...]}`), in the order
+/// of the text's Application Specific Information, and `exception` keeps only type, signal and codes: Apple's
+/// `exception.message` is the Exception Message line (the kernel's description of an `EXC_GUARD` or
+/// `EXC_RESOURCE`), which no fixture fills from an abort message, an uncaught exception or a fatal error. The `.ips`
+/// reads back to the same text.
+#[test]
+fn ips_keeps_why_it_crashed_in_asi_and_leaves_exception_message_alone() {
+    let mut r = linux_report();
+    r.exception.as_mut().unwrap().signal = Some(6);
+    r.exception.as_mut().unwrap().language = Some(LanguageException {
+        kind: "rust".into(),
+        reason: Some("index out of bounds: the len is 3 but the index is 7".into()),
+        location: Some("src/orders.rs:41:13".into()),
+        ..LanguageException::default()
+    });
+    r.messages = vec![
+        Message { source: Some("panic".into()), text: "an earlier panic".into() },
+        Message { source: Some("abort".into()), text: "free(): invalid pointer".into() },
+        Message { source: Some("app".into()), text: "saving order 7".into() },
+    ];
+    let text = render(&r, Layout::Modern, Format::Text);
+    let lines = [
+        "panicked at src/orders.rs:41:13:\nindex out of bounds: the len is 3 but the index is 7",
+        "an earlier panic",
+        "free(): invalid pointer",
+        "saving order 7",
+    ];
+    let want = format!("Application Specific Information:\n{}\n\n\n", lines.join("\n"));
+    assert!(text.contains(&want), "{text}");
+    assert!(!text.contains("Exception Message"), "{text}");
+
+    let ips = render(&r, Layout::Modern, Format::Ips);
+    let body: serde_json::Value = serde_json::from_str(ips.split_once('\n').unwrap().1).unwrap();
+    let asi = body["asi"].as_object().expect("asi object");
+    assert_eq!(asi.len(), 1, "one reporting image: {asi:?}");
+    let (_, got) = asi.iter().next().unwrap();
+    assert_eq!(got, &serde_json::json!(lines), "asi lines in the text's order");
+    let exception = body["exception"].as_object().expect("exception object");
+    assert!(!exception.contains_key("message"), "{exception:?}");
+    // Linux: the signal is the exception type (no Mach exception to put before it).
+    assert_eq!(exception["type"], "SIGABRT");
+    let mut back = viewer::load(ips.as_bytes()).unwrap();
+    assert_eq!(viewer::render_loaded(&mut back, Layout::Modern, Format::Text, None), text);
+}
+
 /// Format 2.0 keeps images nothing points into by path only (`Image::name_only`): Binary Images lists only the
 /// images with a load address, and the frames still resolve to theirs.
 #[test]

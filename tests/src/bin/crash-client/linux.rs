@@ -460,18 +460,37 @@ fn trigger_app_reason() {
     call_abort();
 }
 
+/// A Rust panic that kills the process. In the ordinary (`panic = "unwind"`) build of this client, `panic = "abort"`
+/// is imitated: a hook runs the default hook (prints the message), then aborts, exactly what the `panic_abort`
+/// runtime does after the hook. In the `panic-abort` profile's build (Cargo.toml; `cfg(panic = "abort")`) nothing is
+/// imitated: the runtime itself aborts after the hooks.
 #[inline(never)]
 fn trigger_panic() {
-    // `panic = "abort"` semantics for this binary only: run the default hook (prints the message), then abort,
-    // exactly what the panic_abort runtime does after the hook.
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        default(info);
-        std::process::abort();
-    }));
+    if cfg!(panic = "unwind") {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            default(info);
+            std::process::abort();
+        }));
+    }
     say(&format!("FAULT_TID {}", gettid()));
     say(&format!("PANIC_AT {}:{}:5", file!(), line!() + 1));
     panic!("deliberate panic from the crash client");
+}
+
+/// A panic inside an `extern "C"` function, which cannot unwind: with `panic = "unwind"` the panic unwinds to the
+/// function's boundary, where the runtime panics again (`panic in a function that cannot unwind`, a panic that
+/// cannot unwind) and aborts; with `panic = "abort"` the runtime aborts at the first panic. No hook is imitated.
+#[inline(never)]
+fn trigger_panic_extern_c() {
+    say(&format!("FAULT_TID {}", gettid()));
+    say(&format!("PANIC_AT {}:{}:9", file!(), line!() + 4));
+    #[inline(never)]
+    extern "C" fn panics_in_c_abi() {
+        black_box(0);
+        panic!("deliberate panic in an extern \"C\" function");
+    }
+    panics_in_c_abi();
 }
 
 /// Loads `<run dir>/libcrashme.so` (built by the test, after install) and calls its `crashme_write(NULL)`, which
@@ -924,6 +943,7 @@ fn run_trigger(trigger: &str, dir: &std::path::Path) {
         "abort" => trigger_abort(),
         "dlopen" => trigger_dlopen(dir),
         "panic" => trigger_panic(),
+        "panic_extern_c" => trigger_panic_extern_c(),
         "c_assert" => trigger_c_assert(),
         "app_reason" => trigger_app_reason(),
         "stack_overflow_main" => trigger_stack_overflow(),
@@ -1116,6 +1136,8 @@ pub fn main() {
         }
     }
     say(&format!("MAIN_TID {}", gettid()));
+    // How this binary was built: the `panic-abort` profile's build says `abort` (the test checks it ran that one).
+    say(if cfg!(panic = "abort") { "PANIC_STRATEGY abort" } else { "PANIC_STRATEGY unwind" });
     match (trigger.as_str(), cxx) {
         ("cxx_runtime_error", Some(lib)) => trigger_cxx(lib, true),
         ("cxx_non_std", Some(lib)) => trigger_cxx(lib, false),
