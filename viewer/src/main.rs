@@ -331,13 +331,14 @@ fn run_atos(a: AtosArgs) -> u8 {
         Some(Some(id)) => Some(id),
         None => None,
     };
-    let mut store = SymbolStore::only(a.symbols.clone());
+    // A one-shot command: the debug file is mapped, not read (see `DebugFile::load_mapped` for what that accepts).
+    let mut store = SymbolStore::only(a.symbols.clone()).with_mapped_files();
     let file = match &a.object {
         Some(path) => {
             // A dSYM bundle: use the DWARF files inside it.
             let dwarf_dir = path.join("Contents/Resources/DWARF");
             if dwarf_dir.is_dir() {
-                let mut s = SymbolStore::only(vec![dwarf_dir.clone()]);
+                let mut s = SymbolStore::only(vec![dwarf_dir.clone()]).with_mapped_files();
                 let f = std::fs::read_dir(&dwarf_dir)
                     .ok()
                     .into_iter()
