@@ -410,9 +410,14 @@ impl DebugFile {
 fn dwarf_frames(ctx: &Context<Reader>, address: u64, probe: u64) -> Vec<SymbolInfo> {
     let mut out = Vec::new();
     if let Ok(mut frames) = ctx.find_frames(probe).skip_all_loads() {
+        // The unit holding the frames' DIEs, looked up once for all of them (on the first frame that has a DIE).
+        let mut unit = None;
         while let Ok(Some(f)) = frames.next() {
             let name = f.function.as_ref().and_then(|n| n.raw_name().ok()).map(|c| demangle::demangle(&c));
-            let start = f.dw_die_offset.and_then(|off| die_start(ctx, probe, off));
+            let start = f.dw_die_offset.and_then(|off| {
+                let unit = unit.get_or_insert_with(|| ctx.find_dwarf_and_unit(probe).skip_all_loads()).as_ref()?;
+                die_start(unit, probe, off)
+            });
             let (file, line) = match &f.location {
                 Some(l) => (l.file.map(str::to_string), l.file.map(|_| u64::from(l.line.unwrap_or(0)))),
                 None => (None, None),
@@ -496,8 +501,8 @@ impl SymbolTable {
     }
 }
 
-fn die_start(ctx: &Context<Reader>, probe: u64, off: gimli::UnitOffset<usize>) -> Option<u64> {
-    let unit = ctx.find_dwarf_and_unit(probe).skip_all_loads()?;
+/// The start of the address range of the DIE at `off` in `unit` that holds `probe` (else of its first range).
+fn die_start(unit: &gimli::UnitRef<'_, Reader>, probe: u64, off: gimli::UnitOffset<usize>) -> Option<u64> {
     let entry = unit.entry(off).ok()?;
     let mut ranges = unit.die_ranges(&entry).ok()?;
     let mut best = None;
