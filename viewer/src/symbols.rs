@@ -272,9 +272,9 @@ impl DebugFile {
         // The parsers are bounds-checked, but corrupt debug info has made library code overflow in debug builds;
         // a panic in a third-party parser must not take the viewer down.
         let path = identity.object.path.clone();
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Self::load_inner(identity, map))).unwrap_or_else(|_| {
-            Err(LoadError::Parse(format!("{}: the debug information is corrupt (parser failure)", path.display())))
-        })
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Self::load_inner(identity, map))).unwrap_or_else(
+            |_| Err(LoadError::Parse(format!("{}: the debug information is corrupt (parser failure)", path.display()))),
+        )
     }
 
     fn load_inner(identity: Identity, map: bool) -> Result<DebugFile, LoadError> {
