@@ -53,11 +53,11 @@ impl Deref for Bytes {
 }
 
 // SAFETY: the slice `Bytes` derefs to is the heap buffer of a `Vec` or the address range of a mapping, both owned
-// by the `Arc` and never changed or moved while it lives: moving or cloning a `Bytes` moves or copies only the
-// `Arc` pointer, so the address stays valid until the last clone is dropped, as `StableDeref` and
-// `CloneStableDeref` require (a clone derefs to the same slice).
+// by the `Arc` and never moved or freed while it lives: moving a `Bytes` moves only the `Arc` pointer, so the
+// address stays valid until the last clone is dropped, as `StableDeref` requires.
 #[allow(unsafe_code)]
 unsafe impl stable_deref_trait::StableDeref for Bytes {}
+// SAFETY: as above: a clone shares the `Arc`, so it derefs to the same slice at the same address.
 #[allow(unsafe_code)]
 unsafe impl stable_deref_trait::CloneStableDeref for Bytes {}
 
@@ -904,6 +904,32 @@ mod tests {
         assert_eq!(parse_image_id("abc"), None);
         assert_eq!(parse_image_id("zz"), None);
         assert_eq!(parse_image_id("é1"), None);
+    }
+
+    /// A mapped debug file (what `viewer atos` uses) resolves every address as the same file read into memory, and
+    /// a store set to map loads mapped files.
+    #[test]
+    fn a_mapped_file_resolves_like_a_read_one() {
+        let exe = std::env::current_exe().unwrap();
+        let ident = identify(&exe).into_iter().next().expect("the test binary is an object file");
+        let read = DebugFile::load(ident.clone()).unwrap();
+        let mapped = DebugFile::load_mapped(ident).unwrap();
+        assert!(matches!(&*read.symbols.data.0, FileBytes::Read(_)));
+        assert!(matches!(&*mapped.symbols.data.0, FileBytes::Mapped(_)));
+        assert_eq!(mapped.image_base, read.image_base);
+        assert_eq!(mapped.symbol_count(), read.symbol_count());
+        assert!(mapped.has_dwarf());
+        let mut named = 0;
+        for s in read.symbols.entries.iter().step_by(7) {
+            let a = s.start + (s.end - s.start) / 2;
+            let got = mapped.lookup(a, a);
+            assert_eq!(got, read.lookup(a, a), "address {a:#x}");
+            named += usize::from(got.iter().any(|f| f.file.is_some()));
+        }
+        assert!(named > 10, "only {named} addresses had a source line");
+        let mut store = SymbolStore::only(vec![]).with_mapped_files();
+        let f = store.load_path(&exe, None, None).expect("loads");
+        assert!(matches!(&*f.symbols.data.0, FileBytes::Mapped(_)));
     }
 
     /// A batch large enough to be split over threads gives, query by query and in order, what `lookup` gives.
