@@ -6,6 +6,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use viewer::{Format, Layout, Loaded, SymbolStore};
 
+// Symbolication allocates and frees many small objects (addr2line's per-unit line and function tables, one string
+// per frame): with mimalloc instead of glibc's malloc, `viewer atos` on 10,000 addresses spends less time in the
+// allocator and in page faults (BENCHMARKS.md, "viewer atos: mapping and allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod serve_cmd;
 
 /// Exit code: rendered, input intact.
@@ -331,13 +337,14 @@ fn run_atos(a: AtosArgs) -> u8 {
         Some(Some(id)) => Some(id),
         None => None,
     };
-    let mut store = SymbolStore::only(a.symbols.clone());
+    // A one-shot command: the debug file is mapped, not read (see `DebugFile::load_mapped` for what that accepts).
+    let mut store = SymbolStore::only(a.symbols.clone()).with_mapped_files();
     let file = match &a.object {
         Some(path) => {
             // A dSYM bundle: use the DWARF files inside it.
             let dwarf_dir = path.join("Contents/Resources/DWARF");
             if dwarf_dir.is_dir() {
-                let mut s = SymbolStore::only(vec![dwarf_dir.clone()]);
+                let mut s = SymbolStore::only(vec![dwarf_dir.clone()]).with_mapped_files();
                 let f = std::fs::read_dir(&dwarf_dir)
                     .ok()
                     .into_iter()

@@ -13,17 +13,55 @@
 use crate::crashlog::SymbolInfo;
 use crate::demangle;
 use addr2line::Context;
-use gimli::{EndianArcSlice, RunTimeEndian};
+use gimli::{EndianReader, RunTimeEndian};
 use object::read::macho::{FatArch, MachOFatFile32, MachOFatFile64};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ReadCache, ReadRef, SectionKind};
 use report_format::model::ImageId;
 use std::collections::HashMap;
 use std::fs;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
-type Reader = EndianArcSlice<RunTimeEndian>;
+/// The bytes of a debug file: read into memory, or mapped ([`SymbolStore::with_mapped_files`]).
+#[derive(Debug)]
+enum FileBytes {
+    Read(Vec<u8>),
+    Mapped(memmap2::Mmap),
+}
+
+/// A shared handle on a file's bytes (or on a decompressed section): what the DWARF readers and the symbol table
+/// hold, so neither copies the file.
+#[derive(Clone, Debug)]
+struct Bytes(Arc<FileBytes>);
+
+impl Bytes {
+    fn new(v: Vec<u8>) -> Bytes {
+        Bytes(Arc::new(FileBytes::Read(v)))
+    }
+}
+
+impl Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &*self.0 {
+            FileBytes::Read(v) => v,
+            FileBytes::Mapped(m) => m,
+        }
+    }
+}
+
+// SAFETY: the slice `Bytes` derefs to is the heap buffer of a `Vec` or the address range of a mapping, both owned
+// by the `Arc` and never moved or freed while it lives: moving a `Bytes` moves only the `Arc` pointer, so the
+// address stays valid until the last clone is dropped, as `StableDeref` requires.
+#[allow(unsafe_code)]
+unsafe impl stable_deref_trait::StableDeref for Bytes {}
+// SAFETY: as above: a clone shares the `Arc`, so it derefs to the same slice at the same address.
+#[allow(unsafe_code)]
+unsafe impl stable_deref_trait::CloneStableDeref for Bytes {}
+
+type Reader = EndianReader<RunTimeEndian, Bytes>;
 
 /// Directory searched for `.build-id/xx/yyyy.debug` files automatically.
 pub const SYSTEM_DEBUG_DIR: &str = "/usr/lib/debug";
@@ -214,19 +252,34 @@ impl DebugFile {
     /// # Errors
     /// [`LoadError::Io`] when the file cannot be read, [`LoadError::Parse`] when it is not a Mach-O/ELF object.
     pub fn load(identity: Identity) -> Result<DebugFile, LoadError> {
+        Self::load_with(identity, false)
+    }
+
+    /// [`DebugFile::load`], mapping the file into memory instead of reading it: only the pages lookups touch are
+    /// read, and nothing is copied. When the file cannot be mapped it is read as [`DebugFile::load`] does.
+    ///
+    /// A mapped file that another process truncates while it is in use makes the next access to the lost pages
+    /// raise SIGBUS, which ends the process; for that reason only one-shot commands (`viewer atos`) map, and
+    /// long-running users (the collector) read.
+    ///
+    /// # Errors
+    /// As [`DebugFile::load`].
+    pub fn load_mapped(identity: Identity) -> Result<DebugFile, LoadError> {
+        Self::load_with(identity, true)
+    }
+
+    fn load_with(identity: Identity, map: bool) -> Result<DebugFile, LoadError> {
         // The parsers are bounds-checked, but corrupt debug info has made library code overflow in debug builds;
         // a panic in a third-party parser must not take the viewer down.
         let path = identity.object.path.clone();
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Self::load_inner(identity))).unwrap_or_else(|_| {
-            Err(LoadError::Parse(format!("{}: the debug information is corrupt (parser failure)", path.display())))
-        })
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Self::load_inner(identity, map))).unwrap_or_else(
+            |_| Err(LoadError::Parse(format!("{}: the debug information is corrupt (parser failure)", path.display()))),
+        )
     }
 
-    fn load_inner(identity: Identity) -> Result<DebugFile, LoadError> {
-        // One read and one copy into the shared buffer. (Filling a zeroed `Arc<[u8]>` in place saves the copy in
-        // release builds, but its byte-by-byte fill made unoptimised builds, the collector's tests, seconds slower
-        // per 100 MB file.)
-        let data: Arc<[u8]> = Arc::from(fs::read(&identity.object.path).map_err(LoadError::Io)?);
+    fn load_inner(identity: Identity, map: bool) -> Result<DebugFile, LoadError> {
+        // One read (or one mapping) and no copy: the DWARF readers and the symbol names are ranges of this buffer.
+        let data = Bytes(Arc::new(file_bytes(&identity.object.path, map)?));
         let bytes: &[u8] = match identity.object.slice {
             Some((off, size)) => usize::try_from(off)
                 .ok()
@@ -357,9 +410,14 @@ impl DebugFile {
 fn dwarf_frames(ctx: &Context<Reader>, address: u64, probe: u64) -> Vec<SymbolInfo> {
     let mut out = Vec::new();
     if let Ok(mut frames) = ctx.find_frames(probe).skip_all_loads() {
+        // The unit holding the frames' DIEs, looked up once for all of them (on the first frame that has a DIE).
+        let mut unit = None;
         while let Ok(Some(f)) = frames.next() {
             let name = f.function.as_ref().and_then(|n| n.raw_name().ok()).map(|c| demangle::demangle(&c));
-            let start = f.dw_die_offset.and_then(|off| die_start(ctx, probe, off));
+            let start = f.dw_die_offset.and_then(|off| {
+                let unit = unit.get_or_insert_with(|| ctx.find_dwarf_and_unit(probe).skip_all_loads()).as_ref()?;
+                die_start(unit, probe, off)
+            });
             let (file, line) = match &f.location {
                 Some(l) => (l.file.map(str::to_string), l.file.map(|_| u64::from(l.line.unwrap_or(0)))),
                 None => (None, None),
@@ -386,14 +444,14 @@ struct Sym {
 
 /// Function symbols sorted by address, their names borrowed from the file's bytes (checked UTF-8 when built).
 struct SymbolTable {
-    data: Arc<[u8]>,
+    data: Bytes,
     entries: Vec<Sym>,
     /// Is this a Mach-O (symbol names carry a leading `_`)?
     macho: bool,
 }
 
 impl SymbolTable {
-    fn new(obj: &object::File<'_>, data: &Arc<[u8]>, macho: bool) -> SymbolTable {
+    fn new(obj: &object::File<'_>, data: &Bytes, macho: bool) -> SymbolTable {
         SymbolTable { data: data.clone(), entries: symbol_table(obj, data), macho }
     }
 
@@ -443,8 +501,8 @@ impl SymbolTable {
     }
 }
 
-fn die_start(ctx: &Context<Reader>, probe: u64, off: gimli::UnitOffset<usize>) -> Option<u64> {
-    let unit = ctx.find_dwarf_and_unit(probe).skip_all_loads()?;
+/// The start of the address range of the DIE at `off` in `unit` that holds `probe` (else of its first range).
+fn die_start(unit: &gimli::UnitRef<'_, Reader>, probe: u64, off: gimli::UnitOffset<usize>) -> Option<u64> {
     let entry = unit.entry(off).ok()?;
     let mut ranges = unit.die_ranges(&entry).ok()?;
     let mut best = None;
@@ -457,6 +515,25 @@ fn die_start(ctx: &Context<Reader>, probe: u64, off: gimli::UnitOffset<usize>) -
         }
     }
     best
+}
+
+/// The bytes of the file at `path`: mapped when `map` is set and mapping works, else read.
+fn file_bytes(path: &Path, map: bool) -> Result<FileBytes, LoadError> {
+    let file = fs::File::open(path).map_err(LoadError::Io)?;
+    if map {
+        // SAFETY: `Mmap::map` is unsafe because the mapped file may change under us. Reads of a changed page give
+        // other bytes, which the bounds-checked parsers treat as any corrupt input; a truncation raises SIGBUS on
+        // the next access past the new end, which ends the process. Only one-shot commands map
+        // (`DebugFile::load_mapped`), and llvm-symbolizer and atos accept the same for the same speed.
+        #[allow(unsafe_code)]
+        let mapped = unsafe { memmap2::Mmap::map(&file) };
+        if let Ok(m) = mapped {
+            return Ok(FileBytes::Mapped(m));
+        }
+    }
+    let mut v = Vec::new();
+    std::io::Read::read_to_end(&mut &file, &mut v).map_err(LoadError::Io)?;
+    Ok(FileBytes::Read(v))
 }
 
 /// Where `part` lies inside `whole`, when it is a sub-slice of it.
@@ -519,24 +596,24 @@ fn symbol_table(obj: &object::File<'_>, data: &[u8]) -> Vec<Sym> {
 
 /// The DWARF sections of `obj` as readers over `data` (a compressed section is decompressed into a buffer of its
 /// own): every section `gimli::Dwarf::load` asks for that the file has. Empty when it has none.
-fn dwarf_sections(obj: &object::File<'_>, data: &Arc<[u8]>) -> Vec<(gimli::SectionId, Reader)> {
+fn dwarf_sections(obj: &object::File<'_>, data: &Bytes) -> Vec<(gimli::SectionId, Reader)> {
     let endian = if obj.is_little_endian() { RunTimeEndian::Little } else { RunTimeEndian::Big };
-    let whole = EndianArcSlice::new(data.clone(), endian);
+    let whole = EndianReader::new(data.clone(), endian);
     let mut out = Vec::new();
     // Dwarf::load names the sections it reads; the readers it builds are dropped, the list is kept.
     let _ = gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
         let reader = obj.section_by_name(id.name()).and_then(|s| match s.uncompressed_data() {
             Ok(std::borrow::Cow::Borrowed(b)) => Some(match range_in(data, b) {
                 Some(r) => whole.range(r),
-                None => EndianArcSlice::new(Arc::from(b), endian),
+                None => EndianReader::new(Bytes::new(b.to_vec()), endian),
             }),
-            Ok(std::borrow::Cow::Owned(v)) => Some(EndianArcSlice::new(Arc::from(v), endian)),
+            Ok(std::borrow::Cow::Owned(v)) => Some(EndianReader::new(Bytes::new(v), endian)),
             Err(_) => None,
         });
         if let Some(r) = &reader {
             out.push((id, r.clone()));
         }
-        Ok(reader.unwrap_or_else(|| EndianArcSlice::new(Arc::from(&[][..]), endian)))
+        Ok(reader.unwrap_or_else(|| EndianReader::new(Bytes::new(Vec::new()), endian)))
     });
     out
 }
@@ -549,7 +626,7 @@ fn context(sections: &[(gimli::SectionId, Reader)]) -> Option<Context<Reader>> {
             .iter()
             .find(|(s, _)| *s == id)
             .map(|(_, r)| r.clone())
-            .unwrap_or_else(|| EndianArcSlice::new(Arc::from(&[][..]), endian)))
+            .unwrap_or_else(|| EndianReader::new(Bytes::new(Vec::new()), endian)))
     })
     .ok()?;
     Context::from_dwarf(dwarf).ok()
@@ -578,6 +655,8 @@ pub struct SymbolStore {
     search_paths: Vec<PathBuf>,
     use_image_paths: bool,
     use_system_dirs: bool,
+    /// Map debug files instead of reading them ([`DebugFile::load_mapped`]).
+    map_files: bool,
     scanned: bool,
     /// Everything identified in the search paths.
     candidates: Vec<Identity>,
@@ -608,6 +687,13 @@ impl SymbolStore {
     /// A store that only uses `paths` (no image paths, no system directories): reproducible in tests.
     pub fn only(paths: Vec<PathBuf>) -> Self {
         SymbolStore { search_paths: paths, ..Default::default() }
+    }
+
+    /// The same store, mapping the debug files it loads instead of reading them ([`DebugFile::load_mapped`]: faster
+    /// for a one-shot command, but a file truncated while in use ends the process with SIGBUS).
+    pub fn with_mapped_files(mut self) -> Self {
+        self.map_files = true;
+        self
     }
 
     /// Notes gathered so far: debug files not used and why, files that failed to parse.
@@ -662,7 +748,9 @@ impl SymbolStore {
         if let Some(f) = self.loaded.get(&ident.object) {
             return f.clone();
         }
-        let f = match DebugFile::load(ident.clone()) {
+        let loaded =
+            if self.map_files { DebugFile::load_mapped(ident.clone()) } else { DebugFile::load(ident.clone()) };
+        let f = match loaded {
             Ok(f) => Some(Rc::new(f)),
             Err(e) => {
                 self.notes.push(format!("{}: {e}", ident.object.path.display()));
@@ -816,6 +904,32 @@ mod tests {
         assert_eq!(parse_image_id("abc"), None);
         assert_eq!(parse_image_id("zz"), None);
         assert_eq!(parse_image_id("é1"), None);
+    }
+
+    /// A mapped debug file (what `viewer atos` uses) resolves every address as the same file read into memory, and
+    /// a store set to map loads mapped files.
+    #[test]
+    fn a_mapped_file_resolves_like_a_read_one() {
+        let exe = std::env::current_exe().unwrap();
+        let ident = identify(&exe).into_iter().next().expect("the test binary is an object file");
+        let read = DebugFile::load(ident.clone()).unwrap();
+        let mapped = DebugFile::load_mapped(ident).unwrap();
+        assert!(matches!(&*read.symbols.data.0, FileBytes::Read(_)));
+        assert!(matches!(&*mapped.symbols.data.0, FileBytes::Mapped(_)));
+        assert_eq!(mapped.image_base, read.image_base);
+        assert_eq!(mapped.symbol_count(), read.symbol_count());
+        assert!(mapped.has_dwarf());
+        let mut named = 0;
+        for s in read.symbols.entries.iter().step_by(7) {
+            let a = s.start + (s.end - s.start) / 2;
+            let got = mapped.lookup(a, a);
+            assert_eq!(got, read.lookup(a, a), "address {a:#x}");
+            named += usize::from(got.iter().any(|f| f.file.is_some()));
+        }
+        assert!(named > 10, "only {named} addresses had a source line");
+        let mut store = SymbolStore::only(vec![]).with_mapped_files();
+        let f = store.load_path(&exe, None, None).expect("loads");
+        assert!(matches!(&*f.symbols.data.0, FileBytes::Mapped(_)));
     }
 
     /// A batch large enough to be split over threads gives, query by query and in order, what `lookup` gives.
