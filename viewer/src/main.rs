@@ -6,12 +6,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use viewer::{Format, Layout, Loaded, SymbolStore};
 
-// Symbolication allocates and frees many small objects (addr2line's per-unit line and function tables, one string
-// per frame): with mimalloc instead of glibc's malloc, `viewer atos` on 10,000 addresses spends less time in the
-// allocator and in page faults (BENCHMARKS.md, "viewer atos: mapping and allocator").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 mod serve_cmd;
 
 /// Exit code: rendered, input intact.
