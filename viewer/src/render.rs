@@ -304,8 +304,11 @@ fn symbol_text(sym: &SymbolInfo, inlined: bool) -> String {
     if let Some(off) = sym.offset {
         let _ = write!(s, " + {off}");
     }
-    if let Some(file) = &sym.file {
-        let _ = write!(s, " ({}:{})", basename(file), sym.line.unwrap_or(0));
+    // Apple prints the location only with a line: an `.ips` frame with `sourceFile` but no `sourceLine` (Swift
+    // `<compiler-generated>` code, and `main`) has none in its translation (macOS 12.7.6 Console report in the
+    // corpus). Symbolication from DWARF always gives a line (0 when the line table has none, as atos prints).
+    if let (Some(file), Some(line)) = (&sym.file, sym.line) {
+        let _ = write!(s, " ({}:{line})", basename(file));
     }
     if inlined {
         s.push_str(" [inlined]");

@@ -79,6 +79,11 @@ const PAIRS: &[Pair] = &[
         files: Files::FullReport("3-failed-ui-start.pl"),
         tolerated: &[],
     },
+    Pair {
+        name: "redlemon/macos12-sigill-5425aa8",
+        files: Files::FullReport("crashreport.md"),
+        tolerated: &[],
+    },
 ];
 
 const fn pitchenga(folder: &'static str) -> Pair {
