@@ -84,6 +84,11 @@ const PAIRS: &[Pair] = &[
         files: Files::FullReport("crashreport.md"),
         tolerated: &[],
     },
+    Pair {
+        name: "redlemon/macos12-sigsegv-thread14-b9d137c",
+        files: Files::FullReport("crashreport.md"),
+        tolerated: &[Tolerated::TrailingSpacesStripped],
+    },
 ];
 
 const fn pitchenga(folder: &'static str) -> Pair {
