@@ -89,6 +89,11 @@ const PAIRS: &[Pair] = &[
         files: Files::FullReport("crashreport.md"),
         tolerated: &[Tolerated::TrailingSpacesStripped],
     },
+    Pair {
+        name: "redlemon/macos12-sigill-assert-8f72725",
+        files: Files::FullReport("crashreport.md"),
+        tolerated: &[],
+    },
 ];
 
 const fn pitchenga(folder: &'static str) -> Pair {
