@@ -94,6 +94,11 @@ const PAIRS: &[Pair] = &[
         files: Files::FullReport("crashreport.md"),
         tolerated: &[],
     },
+    Pair {
+        name: "redlemon/macos12-sigsegv-gap-ac71470",
+        files: Files::FullReport("crashreport.md"),
+        tolerated: &[],
+    },
 ];
 
 const fn pitchenga(folder: &'static str) -> Pair {
