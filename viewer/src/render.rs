@@ -433,9 +433,16 @@ fn instruction_stream(out: &mut String, is: &crate::crashlog::InstructionStream)
         let mut marked_line = false;
         for (i, b) in chunk.iter().enumerate() {
             let pos = row * 16 + i;
+            // The separator before the 9th byte of a row stays `-` even when that byte is the one that
+            // crashed: Apple prints `10-0f]0b` there, no `[` (macOS 12.7.6 Console translation in the corpus,
+            // stream offset 184). A `]` in that column is covered by no pair and is printed as before.
             let sep = if pos == is.offset {
                 marked_line = true;
-                '['
+                if i == 8 {
+                    '-'
+                } else {
+                    '['
+                }
             } else if pos > 0 && pos - 1 == is.offset && i > 0 {
                 ']'
             } else if i == 8 {
