@@ -569,16 +569,22 @@ fn render_macos(log: &CrashLog, out: &mut String) {
     field(out, W, "Exception Message", e.message.as_deref());
     field(out, W, "Exception Note", e.note.as_deref());
     out.push('\n');
-    macos_termination(out, log, " ", W);
-    out.push('\n');
+    // Without a `termination` object in the `.ips` there are no termination lines and no empty line after them:
+    // Application Specific Information follows the exception block's empty line directly (macOS 12.7.6 Console
+    // translation of an `abort()` in the corpus). Non-fatal event reports (no Apple sample) keep the empty line.
+    if macos_termination(out, log, " ", W) || log.event.is_some() {
+        out.push('\n');
+    }
     macos_info_blocks(out, log, 2);
     macos_tail(log, out);
 }
 
 /// macOS `Termination Reason:` (`Namespace NS, Code C` then the indicator after `sep`) and `Terminating Process:`,
-/// labels padded to `width`: up to macOS 15 a space and 23 columns, from macOS 26 `", "` and 21 columns.
-fn macos_termination(out: &mut String, log: &CrashLog, sep: &str, width: usize) {
+/// labels padded to `width`: up to macOS 15 a space and 23 columns, from macOS 26 `", "` and 21 columns. Returns
+/// whether any line was written.
+fn macos_termination(out: &mut String, log: &CrashLog, sep: &str, width: usize) -> bool {
     let e = &log.exception;
+    let before = out.len();
     if let Some(ns) = &e.termination_namespace {
         let mut reason = format!("Namespace {ns}");
         if let Some(c) = e.termination_code {
@@ -590,6 +596,7 @@ fn macos_termination(out: &mut String, log: &CrashLog, sep: &str, width: usize) 
         field(out, width, "Termination Reason", Some(&reason));
     }
     field(out, width, "Terminating Process", e.terminating_process.as_deref());
+    out.len() != before
 }
 
 /// macOS Application Specific Information, User Values and Kernel Triage (each followed by `blank_after` empty
