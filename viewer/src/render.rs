@@ -304,8 +304,11 @@ fn symbol_text(sym: &SymbolInfo, inlined: bool) -> String {
     if let Some(off) = sym.offset {
         let _ = write!(s, " + {off}");
     }
-    if let Some(file) = &sym.file {
-        let _ = write!(s, " ({}:{})", basename(file), sym.line.unwrap_or(0));
+    // Apple prints the location only with a line: an `.ips` frame with `sourceFile` but no `sourceLine` (Swift
+    // `<compiler-generated>` code, and `main`) has none in its translation (macOS 12.7.6 Console report in the
+    // corpus). Symbolication from DWARF always gives a line (0 when the line table has none, as atos prints).
+    if let (Some(file), Some(line)) = (&sym.file, sym.line) {
+        let _ = write!(s, " ({}:{line})", basename(file));
     }
     if inlined {
         s.push_str(" [inlined]");
@@ -430,9 +433,16 @@ fn instruction_stream(out: &mut String, is: &crate::crashlog::InstructionStream)
         let mut marked_line = false;
         for (i, b) in chunk.iter().enumerate() {
             let pos = row * 16 + i;
+            // The separator before the 9th byte of a row stays `-` even when that byte is the one that
+            // crashed: Apple prints `10-0f]0b` there, no `[` (macOS 12.7.6 Console translation in the corpus,
+            // stream offset 184). A `]` in that column is covered by no pair and is printed as before.
             let sep = if pos == is.offset {
                 marked_line = true;
-                '['
+                if i == 8 {
+                    '-'
+                } else {
+                    '['
+                }
             } else if pos > 0 && pos - 1 == is.offset && i > 0 {
                 ']'
             } else if i == 8 {
@@ -559,16 +569,22 @@ fn render_macos(log: &CrashLog, out: &mut String) {
     field(out, W, "Exception Message", e.message.as_deref());
     field(out, W, "Exception Note", e.note.as_deref());
     out.push('\n');
-    macos_termination(out, log, " ", W);
-    out.push('\n');
+    // Without a `termination` object in the `.ips` there are no termination lines and no empty line after them:
+    // Application Specific Information follows the exception block's empty line directly (macOS 12.7.6 Console
+    // translation of an `abort()` in the corpus). Non-fatal event reports (no Apple sample) keep the empty line.
+    if macos_termination(out, log, " ", W) || log.event.is_some() {
+        out.push('\n');
+    }
     macos_info_blocks(out, log, 2);
     macos_tail(log, out);
 }
 
 /// macOS `Termination Reason:` (`Namespace NS, Code C` then the indicator after `sep`) and `Terminating Process:`,
-/// labels padded to `width`: up to macOS 15 a space and 23 columns, from macOS 26 `", "` and 21 columns.
-fn macos_termination(out: &mut String, log: &CrashLog, sep: &str, width: usize) {
+/// labels padded to `width`: up to macOS 15 a space and 23 columns, from macOS 26 `", "` and 21 columns. Returns
+/// whether any line was written.
+fn macos_termination(out: &mut String, log: &CrashLog, sep: &str, width: usize) -> bool {
     let e = &log.exception;
+    let before = out.len();
     if let Some(ns) = &e.termination_namespace {
         let mut reason = format!("Namespace {ns}");
         if let Some(c) = e.termination_code {
@@ -580,6 +596,7 @@ fn macos_termination(out: &mut String, log: &CrashLog, sep: &str, width: usize) 
         field(out, width, "Termination Reason", Some(&reason));
     }
     field(out, width, "Terminating Process", e.terminating_process.as_deref());
+    out.len() != before
 }
 
 /// macOS Application Specific Information, User Values and Kernel Triage (each followed by `blank_after` empty

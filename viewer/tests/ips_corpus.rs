@@ -79,6 +79,20 @@ const PAIRS: &[Pair] = &[
         files: Files::FullReport("3-failed-ui-start.pl"),
         tolerated: &[],
     },
+    Pair { name: "redlemon/macos12-sigill-5425aa8", files: Files::FullReport("crashreport.md"), tolerated: &[] },
+    Pair {
+        name: "redlemon/macos12-sigsegv-thread14-b9d137c",
+        files: Files::FullReport("crashreport.md"),
+        tolerated: &[Tolerated::TrailingSpacesStripped],
+    },
+    Pair { name: "redlemon/macos12-sigill-assert-8f72725", files: Files::FullReport("crashreport.md"), tolerated: &[] },
+    Pair { name: "redlemon/macos12-sigsegv-gap-ac71470", files: Files::FullReport("crashreport.md"), tolerated: &[] },
+    Pair { name: "redlemon/macos12-sigill-array-5aa4f1c", files: Files::FullReport("crashreport.md"), tolerated: &[] },
+    Pair {
+        name: "redlemon/macos12-sigabrt-thread18-0ab0ea5",
+        files: Files::FullReport("crashreport.md"),
+        tolerated: &[],
+    },
 ];
 
 const fn pitchenga(folder: &'static str) -> Pair {
@@ -170,7 +184,7 @@ fn every_corpus_report_renders_like_apples_translation() {
 #[test]
 fn the_corpus_has_what_the_readme_promises() {
     // Each pair's files exist and the split of Console's combined files finds both parts.
-    assert!(PAIRS.len() >= 15);
+    assert!(PAIRS.len() >= 21);
     for p in PAIRS {
         let (ips, apple) = load(p);
         assert!(viewer::load(&ips).is_ok(), "{}", p.name);
