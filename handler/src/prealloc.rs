@@ -17,11 +17,26 @@ pub(crate) fn leak_slice<T: Clone>(n: usize, v: T) -> Result<&'static mut [T], I
     Ok(Vec::leak(vec))
 }
 
-/// Integer types whose all-zero bit pattern is a valid value (the element types [`leak_zeroed`] accepts).
-pub(crate) trait Zeroed: Copy {}
-impl Zeroed for u8 {}
-impl Zeroed for u32 {}
-impl Zeroed for u64 {}
+/// Types whose all-zero bit pattern is a valid value (the element types [`leak_zeroed`] accepts).
+///
+/// # Safety
+/// An implementor must be valid when every byte is zero: integers, arrays and tuples of them, no references,
+/// no enums without a zero discriminant.
+#[allow(unsafe_code)]
+pub(crate) unsafe trait Zeroed: Copy {}
+// SAFETY: integers: every bit pattern is valid.
+#[allow(unsafe_code)]
+unsafe impl Zeroed for u8 {}
+// SAFETY: as above.
+#[allow(unsafe_code)]
+unsafe impl Zeroed for u32 {}
+// SAFETY: as above.
+#[allow(unsafe_code)]
+unsafe impl Zeroed for u64 {}
+// SAFETY: `ImageEntry` holds only integers, an integer array and `UnwindSections` (tuples of `u64`); its
+// architecture is a `u8` code (0: none), not a reference. All zero is its `Default` (a test checks).
+#[allow(unsafe_code)]
+unsafe impl Zeroed for crate::crash::images::ImageEntry {}
 
 /// A leaked, preallocated slice of `n` zeros for the crash path (install time; never freed), allocated zeroed
 /// (`alloc_zeroed`, i.e. `calloc` with the system allocator): large blocks come as fresh pages the kernel zeroes on
@@ -327,7 +342,7 @@ pub(crate) fn thread_table(config: &crate::config::Config) -> Result<crate::cras
 pub(crate) fn image_list(config: &crate::config::Config) -> Result<crate::crash::images::ImageList, InstallError> {
     use crate::crash::images::{ImageEntry, ImageList};
     Ok(ImageList::from_parts(
-        leak_slice(config.max_images, ImageEntry::default())?,
+        leak_zeroed::<ImageEntry>(config.max_images)?,
         leak_zeroed::<u8>(config.image_path_bytes)?,
         leak_zeroed::<u32>(config.max_images)?,
     ))

@@ -280,8 +280,10 @@ impl Ctx<'_> {
                     return Err(format!("{what}: unexpected file {}", file.display()));
                 }
                 let bytes = std::fs::read(file).map_err(|e| e.to_string())?;
-                s.bytes = bytes.len() as f64;
                 let d = report_format::decode(&bytes).map_err(|e| format!("{what}: {e}"))?;
+                // The report itself: a report written into the reserved file keeps that file's zeros after its
+                // end section (format 2.4 padding), which the reporter leaves out of the upload.
+                s.bytes = (bytes.len() - d.padding) as f64;
                 if !d.problems.is_empty() {
                     return Err(format!("{what}: damaged report: {:?}", d.problems));
                 }
@@ -610,7 +612,8 @@ fn run_with_peer(ctx: &Ctx, peer: &Peer) -> Result<(String, Vec<CrashSample>), S
         "## (a)–(c) Capture latency and report size\n\n\
          Latency: from the instant before the faulting store (CLOCK_MONOTONIC written to a shared page) to the report \
          durable on disk. Ours: the handler's `BeforeReraise` test hook, which runs after the report was written, \
-         fsync'd, renamed and its directory fsync'd. Peer: crash-handler's callback right after minidumper's \
+         made durable and renamed (the first report of a process: written into the file reserved at install, \
+         fdatasync'd, renamed; without a reservation: fsync'd, renamed, its directory fsync'd). Peer: crash-handler's callback right after minidumper's \
          `request_dump` returns, i.e. after the server wrote the minidump, fsync'd it, renamed it, fsync'd the \
          directory and acknowledged. \"Reaped\" is from the fault to our `waitpid` returning (the process is gone).\n\n\
          | threads | ours median ms | ours max ms | peer median ms | peer max ms | ours/peer median | ours/peer max | ours reaped median ms | peer reaped median ms | our report bytes median | our report bytes max | minidump bytes median | our THREAD / IMAGES section bytes (median) | images (ours / minidump modules) | frames per parked thread in our reports (min / median of means / max) |\n\

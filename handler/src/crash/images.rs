@@ -44,6 +44,17 @@ pub struct ImageRecord<'a> {
     pub unwind: UnwindSections,
 }
 
+/// The architecture names an [`ImageEntry`] can hold, by code (code 0: none). Every name
+/// `crate::platform::darwin::crash::macho::arch_name` returns is here (a test checks); a record with another name
+/// keeps none. An entry stores the code, not a reference, so that an all-zero entry is a valid empty one and the
+/// lists can be allocated zeroed at install (`crate::prealloc::leak_zeroed`).
+pub const ARCH_NAMES: [&[u8]; 7] = [b"", b"arm64", b"arm64e", b"arm64_32", b"x86_64", b"x86_64h", b"unknown"];
+
+/// The code of `name` in [`ARCH_NAMES`]; 0 when it is not there. Signal-safe.
+fn arch_code(name: &[u8]) -> u8 {
+    ARCH_NAMES.iter().position(|n| *n == name).and_then(|i| u8::try_from(i).ok()).unwrap_or(0)
+}
+
 /// Longest build id kept, in bytes (GNU build ids are 20 bytes with SHA-1, 16 with MD5/UUID; 32 allows SHA-256).
 pub const MAX_ID_LEN: usize = 32;
 
@@ -62,14 +73,21 @@ pub struct ImageEntry {
     id_len: u8,
     /// `report_format::encode::ID_KIND_*` of `id`.
     pub id_kind: u8,
-    /// CPU architecture name (static text; empty when unknown).
-    pub arch: &'static [u8],
+    /// CPU architecture: index into [`ARCH_NAMES`] ([`ImageEntry::arch`] gives the name).
+    arch: u8,
     /// Runtime address of the image's `__crash_info` section (Apple); 0 when it has none.
     pub crash_info_addr: u64,
     /// Size in bytes of the `__crash_info` section.
     pub crash_info_size: u64,
     /// Where the image's unwind tables are mapped, read by the unwinder through the fault-proof reader.
     pub unwind: UnwindSections,
+}
+
+impl ImageEntry {
+    /// CPU architecture name (static text; empty when unknown). Signal-safe.
+    pub fn arch(&self) -> &'static [u8] {
+        ARCH_NAMES.get(usize::from(self.arch)).copied().unwrap_or(b"")
+    }
 }
 
 /// A fixed-capacity image list over preallocated storage.
@@ -147,7 +165,7 @@ impl ImageList {
             id,
             id_len: id_len as u8,
             id_kind: if id_len > 0 { r.id_kind } else { 0 },
-            arch: r.arch,
+            arch: arch_code(r.arch),
             crash_info_addr: r.crash_info.0,
             crash_info_size: r.crash_info.1,
             unwind: r.unwind,
@@ -188,7 +206,7 @@ impl ImageList {
             bias: e.bias,
             id: self.build_id(i),
             id_kind: e.id_kind,
-            arch: e.arch,
+            arch: e.arch(),
             crash_info: (e.crash_info_addr, e.crash_info_size),
             unwind: e.unwind,
         })
@@ -236,7 +254,7 @@ impl ImageList {
             slide: Some(e.bias),
             id: self.build_id(i),
             id_kind: e.id_kind,
-            arch: e.arch,
+            arch: e.arch(),
         })
     }
 
@@ -421,6 +439,33 @@ impl ImageTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An all-zero entry (how install allocates the lists) is the empty default entry, and every architecture name
+    /// the Mach-O reader gives survives the round trip through its code.
+    #[test]
+    fn a_zeroed_entry_is_the_default_and_arch_names_round_trip() {
+        let zeroed = crate::prealloc::leak_zeroed::<ImageEntry>(3).expect("alloc");
+        assert!(zeroed.iter().all(|e| *e == ImageEntry::default()));
+        assert_eq!(zeroed[0].arch(), b"");
+        use crate::platform::darwin::crash::macho::{self, consts::*};
+        let types = [
+            (CPU_TYPE_ARM64, CPU_SUBTYPE_ARM64E),
+            (CPU_TYPE_ARM64, 0),
+            (CPU_TYPE_ARM64_32, 0),
+            (CPU_TYPE_X86_64, CPU_SUBTYPE_X86_64_H),
+            (CPU_TYPE_X86_64, 3),
+            (7, 3),
+        ];
+        let mut l = list(8, 256);
+        for (i, (t, s)) in types.into_iter().enumerate() {
+            let name = macho::arch_name(t, s).as_bytes();
+            assert!(l.push_record(&ImageRecord { path: b"/x", load_address: 0x1000 * (i as u64 + 1), arch: name, ..ImageRecord::default() }));
+            let e = l.entry(i).expect("entry");
+            assert_eq!(e.arch(), name);
+            assert_eq!(l.record(i).expect("record").arch, name);
+        }
+        assert_eq!(arch_code(b"sparc"), 0, "a name not in the table keeps none");
+    }
 
     fn list(entries: usize, arena: usize) -> ImageList {
         ImageList::from_parts(
