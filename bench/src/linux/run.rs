@@ -885,7 +885,7 @@ fn viewer_tables(ctx: &Ctx, samples: &[CrashSample]) -> Result<String, String> {
         frames = s.mean_frames,
         minf = s.min_frames,
         maxf = s.max_frames,
-        bytes = report.len(),
+        bytes = report.len() - report_format::decode(&report).map_or(0, |d| d.padding),
         fsize = file_size,
         n = o.render_runs,
         lm = stats::ms(lib.median),
