@@ -459,7 +459,12 @@ mod tests {
         let mut l = list(8, 256);
         for (i, (t, s)) in types.into_iter().enumerate() {
             let name = macho::arch_name(t, s).as_bytes();
-            assert!(l.push_record(&ImageRecord { path: b"/x", load_address: 0x1000 * (i as u64 + 1), arch: name, ..ImageRecord::default() }));
+            assert!(l.push_record(&ImageRecord {
+                path: b"/x",
+                load_address: 0x1000 * (i as u64 + 1),
+                arch: name,
+                ..ImageRecord::default()
+            }));
             let e = l.entry(i).expect("entry");
             assert_eq!(e.arch(), name);
             assert_eq!(l.record(i).expect("record").arch, name);

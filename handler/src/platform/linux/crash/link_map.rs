@@ -1148,8 +1148,12 @@ mod tests {
 
         type Change = (&'static str, fn(&mut Fake));
         let changes: [Change; 4] = [
-            ("a node's load bias", |m| m.node(NODES + 0x1000, 0x7e00_0000_0000, NAMES + 0x10, 0x7f00_0000_2800, NODES + 0x2000)),
-            ("a library appended", |m| m.node(NODES + 0x3000, 0x7fff_0000_0000, NAMES + 0x50, 0x7fff_0000_2800, NODES + 0x4000)),
+            ("a node's load bias", |m| {
+                m.node(NODES + 0x1000, 0x7e00_0000_0000, NAMES + 0x10, 0x7f00_0000_2800, NODES + 0x2000)
+            }),
+            ("a library appended", |m| {
+                m.node(NODES + 0x3000, 0x7fff_0000_0000, NAMES + 0x50, 0x7fff_0000_2800, NODES + 0x4000)
+            }),
             ("the loader busy", |m| m.r_debug(R, 1, NODES, 1, 0)),
             ("another namespace", |m| m.r_debug(R, 2, NODES, 0, R + 0x100)),
         ];

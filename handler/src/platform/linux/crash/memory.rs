@@ -241,7 +241,14 @@ impl MemoryReader for ProcessVmReader<'_> {
             // validates the remote ranges and stops at the first unreadable one (or returns EFAULT) instead of
             // faulting.
             let got = unsafe {
-                libc::process_vm_readv(self.pid, local.as_ptr(), n as libc::c_ulong, remote.as_ptr(), n as libc::c_ulong, 0)
+                libc::process_vm_readv(
+                    self.pid,
+                    local.as_ptr(),
+                    n as libc::c_ulong,
+                    remote.as_ptr(),
+                    n as libc::c_ulong,
+                    0,
+                )
             };
             if got < 0 || Some(got as usize) != n.checked_mul(each) {
                 return false;
