@@ -12,7 +12,7 @@
 //! no file creation, no `ftruncate` (the zeros after the report stay: format 2.4 zero padding, SCHEMA.md §2) and
 //! no directory `fsync` after the fault ([`commit`]).
 //!
-//! POSIX only (`write`, `fsync`, `fdatasync`, `ftruncate`, `openat`, `renameat`, `close` are async-signal-safe per
+//! POSIX only (`write`, `fsync`, `fdatasync`, `openat`, `renameat`, `close` are async-signal-safe per
 //! POSIX.1-2017 §2.4.3), so Linux and Apple share it. Never allocates, locks or panics.
 #![allow(unsafe_code)]
 
@@ -375,7 +375,7 @@ pub enum FileKind {
 /// full disk, freeing its blocks also helps the next report. A file whose head is durable is committed even when
 /// later writes failed: the reader decodes its intact sections and says what is missing.
 ///
-/// Signal-safe: `fsync`, `fdatasync`, `ftruncate`, `lseek`, `read`, `close`, `renameat`, `unlinkat` (POSIX.1-2017
+/// Signal-safe: `fsync`, `fdatasync`, `lseek`, `read`, `close`, `renameat`, `unlinkat` (POSIX.1-2017
 /// §2.4.3) and CRC-32 arithmetic on a 256-byte stack buffer (crc32fast's CPU feature detection ran at install).
 ///
 /// # Errors

@@ -557,11 +557,10 @@ impl Memo {
             if !mem.read_gather(addrs, HEAD_BYTES, got) {
                 return false;
             }
-            let same = got.chunks_exact(8).zip(want).all(|(b, w)| {
-                let mut word = [0u8; 8];
-                word.copy_from_slice(b);
-                u64::from_ne_bytes(word) == *w
-            });
+            let same = got
+                .chunks_exact(8)
+                .zip(want)
+                .all(|(b, w)| <[u8; 8]>::try_from(b).ok().map(u64::from_ne_bytes) == Some(*w));
             if !same {
                 return false;
             }
@@ -581,7 +580,9 @@ impl NodeLog for Memo {
         match (self.nodes.get_mut(at), slots) {
             (Some(n), Some(h)) => {
                 *n = node;
-                h.copy_from_slice(&head);
+                for (d, s) in h.iter_mut().zip(head) {
+                    *d = s;
+                }
                 self.len = at.saturating_add(1);
             }
             _ => self.overflow = true,
