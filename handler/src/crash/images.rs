@@ -106,6 +106,10 @@ pub struct ImageList {
     by_address: &'static mut [u32],
     /// Images that did not fit (entries or path bytes).
     pub dropped: usize,
+    /// Index of the image [`ImageList::find`] found last (`usize::MAX`: none): consecutive frames of a stack, and
+    /// the walk and the encoder asking about the same frame, mostly fall in the same image. Only a hint: readers on
+    /// several threads may overwrite each other's (relaxed atomic), and a hit is checked against the entry.
+    last: AtomicUsize,
 }
 
 impl ImageList {
@@ -116,7 +120,7 @@ impl ImageList {
         arena: &'static mut [u8],
         by_address: &'static mut [u32],
     ) -> Self {
-        ImageList { entries, count: 0, arena, arena_len: 0, by_address, dropped: 0 }
+        ImageList { entries, count: 0, arena, arena_len: 0, by_address, dropped: 0, last: AtomicUsize::new(usize::MAX) }
     }
 
     /// Empties the list.
@@ -124,6 +128,7 @@ impl ImageList {
         self.count = 0;
         self.arena_len = 0;
         self.dropped = 0;
+        self.last.store(usize::MAX, Ordering::Relaxed);
     }
 
     /// Appends an image with a GNU build id (ELF); `false` (and `dropped` + 1) when entries or path bytes ran out.
@@ -259,15 +264,22 @@ impl ImageList {
     }
 
     /// Index of the image whose text range `[load_address, load_address + size)` holds `addr` (a zero size
-    /// counts as one byte). A binary search over the load-address order: the image with the highest load address
-    /// at or below `addr` is the only candidate (text ranges of loaded images do not overlap). Signal-safe.
+    /// counts as one byte). The image found last first; else a binary search over the load-address order: the
+    /// image with the highest load address at or below `addr` is the only candidate (text ranges of loaded images
+    /// do not overlap). Signal-safe.
     pub fn find(&self, addr: u64) -> Option<usize> {
-        let sorted = self.by_address.get(..self.count)?;
         let entries = self.entries.get(..self.count)?;
+        let holds = |e: &ImageEntry| addr.checked_sub(e.load_address).is_some_and(|d| d < e.size.max(1));
+        let last = self.last.load(Ordering::Relaxed);
+        if entries.get(last).is_some_and(holds) {
+            return Some(last);
+        }
+        let sorted = self.by_address.get(..self.count)?;
         let at = sorted.partition_point(|&j| entries.get(j as usize).is_some_and(|e| e.load_address <= addr));
         let i = *sorted.get(at.checked_sub(1)?)? as usize;
-        let e = entries.get(i)?;
-        addr.checked_sub(e.load_address).is_some_and(|d| d < e.size.max(1)).then_some(i)
+        let found = entries.get(i).is_some_and(holds).then_some(i)?;
+        self.last.store(found, Ordering::Relaxed);
+        Some(found)
     }
 
     /// Whether an image of the list has exactly this load address (binary search; allocation-free, signal-safe).
@@ -497,6 +509,13 @@ mod tests {
         };
         for a in (0..0xa000u64).step_by(0x10).chain([0x7ff, 0x17ff, 0x1800, 0x5000, 0x5001, 0x90ff, 0x9100, u64::MAX]) {
             assert_eq!(l.find(a), linear(a), "address {a:#x}");
+        }
+        // The image found last is tried first: alternating between images, and into gaps right after a hit, never
+        // answers with the previous image.
+        for (a, b) in [(0x1010u64, 0x7010u64), (0x7ff0, 0x8000), (0x17f0, 0x1800), (0x9000, 0x8fff), (0x5000, 0x5001)] {
+            for x in [a, b, a, b] {
+                assert_eq!(l.find(x), linear(x), "address {x:#x} after a hit");
+            }
         }
         assert_eq!(l.find(0x9050), Some(0), "indices are push order");
         assert_eq!(l.find(0x5000), Some(2));

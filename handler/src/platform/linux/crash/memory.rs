@@ -1,9 +1,14 @@
 //! The fault-proof memory reader: `process_vm_readv(2)` on the own pid (a bad address returns `EFAULT` instead of
-//! faulting), with a direct-mapped cache of up to [`MAX_BLOCKS`] 4 KiB blocks (block `b` lives in slot
-//! `b % blocks`; a miss reads up to [`READ_AHEAD`] consecutive blocks in one call), so a stack walk costs one system call per 4 KiB of stack, and the binary searches of the unwinder
-//! over `.eh_frame_hdr` tables and the FDEs it copies, which jump between a few pages of each image, mostly hit the
-//! cache instead of costing a system call per probe; and a one-block negative cache: a block that could not be read is not asked for again (the walker's scan for a frame record
-//! probes the unmapped page above a stack hundreds of times; each probe used to cost two failing system calls).
+//! faulting), with a set-associative cache of up to [`MAX_BLOCKS`] 4 KiB blocks, so that the binary searches of the
+//! unwinder over `.eh_frame_hdr` tables and the FDEs and CIEs it copies, which jump between a few pages of each image,
+//! mostly hit the cache instead of costing a system call per probe; and a one-block negative cache: a block that
+//! could not be read is not asked for again (the walker's scan for a frame record probes the unmapped page above a
+//! stack hundreds of times; each probe used to cost two failing system calls).
+//!
+//! Cache: block `b` may live in any of the [`WAYS`] slots of set `b % sets`; a miss replaces the set's least recently
+//! used block. A miss on the block right after a cached one (a sequential read: a stack read upwards, link-map
+//! nodes and their strings in increasing heap addresses) also reads the blocks after it, up to [`READ_AHEAD`] in all,
+//! in the same system call; a lone miss (a binary-search probe) reads one block, so it evicts one block, not four.
 //!
 //! Fallback: where `process_vm_readv` does not work on the own process (qemu-user does not emulate it; some
 //! seccomp sandboxes forbid it), install detects it with [`process_vm_readv_works`] and preopens a non-blocking
@@ -26,8 +31,11 @@ pub const MAX_BLOCKS: usize = 64;
 /// The cache size the Linux backend preallocates, in bytes: 32 blocks (128 KiB).
 pub const CACHE_BYTES: usize = 32 * BLOCK;
 
-/// Most blocks one cache miss reads in one system call: the missing block and the ones after it (link-map nodes
-/// and the strings they point to sit in increasing heap addresses; stacks are read upwards).
+/// Slots per set of a cache of at least `2 * WAYS` blocks (a smaller cache is direct-mapped: one slot per set).
+pub const WAYS: usize = 4;
+
+/// Most blocks one sequential miss reads in one system call: the missing block and the ones after it (never more
+/// than the cache has sets, so that each lands in its own set).
 pub const READ_AHEAD: usize = 4;
 
 /// Tag of an empty cache slot (no block starts there: block bases are multiples of [`BLOCK`]).
@@ -40,6 +48,10 @@ pub struct ProcessVmReader<'a> {
     cache: &'a mut [u8],
     /// Block base held by each cache slot ([`EMPTY`] when none).
     tags: [u64; MAX_BLOCKS],
+    /// When each slot was last used: a tick of `clock` (larger is more recent).
+    used: [u32; MAX_BLOCKS],
+    /// Counts cache uses (saturating: past 2^32 reads the replacement order degrades, the bytes stay right).
+    clock: u32,
     /// Base of the last block that could not be read (`u64::MAX`: none).
     bad_base: u64,
     pipe: Option<(i32, i32)>,
@@ -59,12 +71,61 @@ impl<'a> ProcessVmReader<'a> {
     /// A reader for process `pid` caching in `cache` (whole [`BLOCK`]s of it, at most [`MAX_BLOCKS`]; less than
     /// one block disables the cache).
     pub fn new(pid: i32, cache: &'a mut [u8]) -> Self {
-        ProcessVmReader { pid, cache, tags: [EMPTY; MAX_BLOCKS], bad_base: u64::MAX, pipe: None }
+        ProcessVmReader {
+            pid,
+            cache,
+            tags: [EMPTY; MAX_BLOCKS],
+            used: [0; MAX_BLOCKS],
+            clock: 0,
+            bad_base: u64::MAX,
+            pipe: None,
+        }
     }
 
-    /// Cache slots in use: whole blocks of the buffer, at most [`MAX_BLOCKS`].
-    fn slots(&self) -> usize {
-        (self.cache.len() / BLOCK).min(MAX_BLOCKS)
+    /// The cache's shape `(sets, ways)`: whole blocks of the buffer, at most [`MAX_BLOCKS`], in sets of [`WAYS`]
+    /// slots (one slot per set below `2 * WAYS` blocks), the set count rounded down to a power of two. `(0, _)`: no
+    /// cache.
+    fn geometry(&self) -> (usize, usize) {
+        let slots = (self.cache.len() / BLOCK).min(MAX_BLOCKS);
+        let ways = if slots >= 2 * WAYS { WAYS } else { 1 };
+        // A power of two, so that a block's set is a mask of its number, not a division.
+        let sets = match slots.checked_div(ways).unwrap_or(0) {
+            0 => 0,
+            n => 1usize << n.ilog2(),
+        };
+        (sets, ways)
+    }
+
+    /// First slot of the set of the block at `base` (`sets`: a power of two).
+    fn set_start(base: u64, sets: usize, ways: usize) -> usize {
+        let set = ((base >> BLOCK.trailing_zeros()) as usize) & sets.wrapping_sub(1);
+        set.saturating_mul(ways)
+    }
+
+    /// The slot that holds the block at `base`, if the cache has it.
+    fn lookup(&self, base: u64, sets: usize, ways: usize) -> Option<usize> {
+        let first = Self::set_start(base, sets, ways);
+        (first..first.saturating_add(ways)).find(|&s| self.tags.get(s) == Some(&base))
+    }
+
+    /// The slot the block at `base` replaces: an empty slot of its set, else the set's least recently used one.
+    fn victim(&self, base: u64, sets: usize, ways: usize) -> usize {
+        let first = Self::set_start(base, sets, ways);
+        (first..first.saturating_add(ways))
+            .min_by_key(|&s| match (self.tags.get(s), self.used.get(s)) {
+                (Some(&EMPTY), _) | (None, _) => 0,
+                (Some(_), Some(&t)) => u64::from(t).saturating_add(1),
+                (Some(_), None) => 0,
+            })
+            .unwrap_or(first)
+    }
+
+    /// Marks `slot` as just used.
+    fn touch(&mut self, slot: usize) {
+        self.clock = self.clock.saturating_add(1);
+        if let Some(u) = self.used.get_mut(slot) {
+            *u = self.clock;
+        }
     }
 
     /// Reads through the pipe `(read_fd, write_fd)` (both non-blocking) instead of `process_vm_readv`.
@@ -104,79 +165,85 @@ impl<'a> ProcessVmReader<'a> {
         true
     }
 
-    /// Fills cache slot `slot` (bytes `start..stop` of the cache) with the block at `base`, and with it, in the same
-    /// system call, the next blocks up to [`READ_AHEAD`] in all, into the slots that follow (those that do not hold
-    /// their block already; the run stops at the cache's end). A read-ahead block that is not mapped only ends the
-    /// run: `process_vm_readv` reads whole remote iovecs in order and stops at the first that fails. `false` (and
-    /// the block remembered as unreadable) when the block at `base` could not be read.
-    fn fill(&mut self, base: u64, slot: usize, slots: usize, start: usize, stop: usize) -> bool {
+    /// Reads the block at `base` into the cache and returns its slot; a miss right after a cached block also reads
+    /// the next blocks not cached yet, up to [`READ_AHEAD`] in all (no more than `sets`), into their own sets, in the
+    /// same system call. A read-ahead block that is not mapped only ends the run: `process_vm_readv` reads whole
+    /// remote iovecs in order and stops at the first that fails. `None` (and the block remembered as unreadable)
+    /// when the block at `base` could not be read.
+    fn fill(&mut self, base: u64, sets: usize, ways: usize) -> Option<usize> {
+        let mut slots = [0usize; READ_AHEAD];
+        let mut bases = [0u64; READ_AHEAD];
+        let first = self.victim(base, sets, ways);
+        if let (Some(s), Some(b)) = (slots.first_mut(), bases.first_mut()) {
+            *s = first;
+            *b = base;
+        }
         let mut run = 1usize;
-        if self.pipe.is_none() {
-            while run < READ_AHEAD {
-                let (Some(next_slot), Some(next_base)) =
-                    (slot.checked_add(run), base.checked_add((run as u64).saturating_mul(BLOCK as u64)))
-                else {
-                    break;
-                };
-                // Not past the cache's end, not below 2^64, and not a block the cache holds already.
-                if next_slot >= slots
-                    || next_base.checked_add(BLOCK as u64).is_none()
-                    || self.tags.get(next_slot) == Some(&next_base)
-                {
+        let sequential = base.checked_sub(BLOCK as u64).is_some_and(|prev| self.lookup(prev, sets, ways).is_some());
+        if self.pipe.is_none() && sequential {
+            while run < READ_AHEAD.min(sets) {
+                let Some(next) = base.checked_add((run as u64).saturating_mul(BLOCK as u64)) else { break };
+                // Not below 2^64 and not a block the cache holds already.
+                if next.checked_add(BLOCK as u64).is_none() || self.lookup(next, sets, ways).is_some() {
                     break;
                 }
+                let victim = self.victim(next, sets, ways);
+                let (Some(s), Some(b)) = (slots.get_mut(run), bases.get_mut(run)) else { break };
+                *s = victim;
+                *b = next;
                 run = run.saturating_add(1);
             }
         }
         let got = if run == 1 {
+            let start = first.saturating_mul(BLOCK);
             let cache = core::mem::take(&mut self.cache);
-            let ok = match cache.get_mut(start..stop) {
+            let ok = match cache.get_mut(start..start.saturating_add(BLOCK)) {
                 Some(c) => self.read_direct(base, c),
                 None => false,
             };
             self.cache = cache;
             usize::from(ok)
         } else {
-            self.read_run(base, start, run)
+            self.read_run(slots.get(..run).unwrap_or(&[]), bases.get(..run).unwrap_or(&[]))
         };
-        for k in 0..run {
-            let (Some(tag), Some(b)) =
-                (self.tags.get_mut(slot.saturating_add(k)), base.checked_add((k as u64).saturating_mul(BLOCK as u64)))
-            else {
-                break;
-            };
-            *tag = if k < got { b } else { EMPTY };
+        for (k, (&slot, &b)) in slots.iter().zip(bases.iter()).take(run).enumerate() {
+            if let Some(tag) = self.tags.get_mut(slot) {
+                *tag = if k < got { b } else { EMPTY };
+            }
+            if k < got {
+                self.touch(slot);
+            }
         }
         if got == 0 {
             self.bad_base = base;
-            return false;
+            return None;
         }
-        true
+        Some(first)
     }
 
-    /// One `process_vm_readv` of `run` consecutive blocks from `base` into the cache bytes from `start`; how many
-    /// whole blocks arrived (0: not even the first).
-    fn read_run(&mut self, base: u64, start: usize, run: usize) -> usize {
+    /// One `process_vm_readv` of the blocks at `bases` (consecutive) into the cache slots `slots`; how many whole
+    /// blocks arrived, in order (0: not even the first).
+    fn read_run(&mut self, slots: &[usize], bases: &[u64]) -> usize {
         let mut local = [libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 }; READ_AHEAD];
         let mut remote = [libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 }; READ_AHEAD];
         let mut n = 0usize;
-        for (k, (l, r)) in local.iter_mut().zip(remote.iter_mut()).take(run).enumerate() {
-            let (Some(from), Some(at)) =
-                (start.checked_add(k.saturating_mul(BLOCK)), base.checked_add((k as u64).saturating_mul(BLOCK as u64)))
-            else {
+        let cache_at = self.cache.as_mut_ptr();
+        for ((l, r), (&slot, &at)) in local.iter_mut().zip(remote.iter_mut()).zip(slots.iter().zip(bases)) {
+            let from = slot.saturating_mul(BLOCK);
+            if from.checked_add(BLOCK).is_none_or(|end| end > self.cache.len()) {
                 break;
-            };
-            let Some(dst) = self.cache.get_mut(from..from.saturating_add(BLOCK)) else { break };
-            *l = libc::iovec { iov_base: dst.as_mut_ptr().cast(), iov_len: BLOCK };
+            }
+            // The slots are distinct (one per set), so the iovecs describe disjoint parts of the cache.
+            *l = libc::iovec { iov_base: cache_at.wrapping_add(from).cast(), iov_len: BLOCK };
             *r = libc::iovec { iov_base: at as usize as *mut libc::c_void, iov_len: BLOCK };
             n = n.saturating_add(1);
         }
         if n == 0 {
             return 0;
         }
-        // SAFETY: each local iovec describes a distinct BLOCK-sized part of `self.cache`, valid for writes; the
-        // kernel validates the remote ranges and stops at the first unreadable one (or returns EFAULT for the
-        // first) instead of faulting.
+        // SAFETY: each local iovec describes a distinct BLOCK-sized part of `self.cache` (checked in bounds above;
+        // distinct slots), valid for writes; the kernel validates the remote ranges and stops at the first
+        // unreadable one (or returns EFAULT for the first) instead of faulting.
         let r = unsafe {
             libc::process_vm_readv(self.pid, local.as_ptr(), n as libc::c_ulong, remote.as_ptr(), n as libc::c_ulong, 0)
         };
@@ -263,21 +330,25 @@ impl MemoryReader for ProcessVmReader<'_> {
         let Some(end) = addr.checked_add(buf.len() as u64) else { return false };
         // `base + BLOCK` overflows for the last block below 2^64: such a block is never cached (read directly).
         let block_end = base.checked_add(BLOCK as u64);
-        let slots = self.slots();
-        if slots == 0 || block_end.is_none_or(|b| end > b) {
+        let (sets, ways) = self.geometry();
+        if sets == 0 || block_end.is_none_or(|b| end > b) {
             return self.read_direct(addr, buf);
         }
         if base == self.bad_base {
             // The whole block was unreadable a moment ago; mappings are at least a block wide, so this read fails too.
             return false;
         }
-        // Direct-mapped: block number modulo the slot count (`slots > 0`).
-        let slot = base.checked_div(BLOCK as u64).and_then(|b| b.checked_rem(slots as u64)).unwrap_or(0) as usize;
+        let slot = match self.lookup(base, sets, ways) {
+            Some(slot) => {
+                self.touch(slot);
+                slot
+            }
+            None => match self.fill(base, sets, ways) {
+                Some(slot) => slot,
+                None => return false,
+            },
+        };
         let Some(start) = slot.checked_mul(BLOCK) else { return false };
-        let Some(stop) = start.checked_add(BLOCK) else { return false };
-        if self.tags.get(slot) != Some(&base) && !self.fill(base, slot, slots, start, stop) {
-            return false;
-        }
         // `addr >= base` and `end <= base + BLOCK`, so both offsets are below BLOCK; still computed checked.
         let (Some(off), Some(off_end)) = (addr.checked_sub(base), end.checked_sub(base)) else { return false };
         let (Some(from), Some(to)) = (start.checked_add(off as usize), start.checked_add(off_end as usize)) else {
@@ -327,20 +398,21 @@ mod tests {
         }
     }
 
-    /// Blocks live in slot `block % slots`: reads across many pages return the right bytes, a block stays cached
-    /// while no other block maps to its slot (a miss also fills the next slots with the next blocks, up to
-    /// [`READ_AHEAD`] in all), and is read again once evicted.
+    /// Block `b` lives in one of the [`WAYS`] slots of set `b % sets`: reads across many pages return the right
+    /// bytes, a block stays cached while its set has room, and a miss in a full set evicts the set's least recently
+    /// used block, which is read again when asked for.
     #[test]
-    fn direct_mapped_cache_keeps_blocks_until_a_colliding_block_evicts_them() {
-        // 16 pages, 4096-aligned, each word its own address-derived value.
-        let mut mem = vec![0u64; 17 * BLOCK / 8];
+    fn set_associative_cache_evicts_the_least_recently_used_block_of_a_set() {
+        // 17 pages, 4096-aligned, each word its own address-derived value.
+        let mut mem = vec![0u64; 18 * BLOCK / 8];
         let start = (mem.as_ptr() as usize).next_multiple_of(BLOCK);
         let first = (start - mem.as_ptr() as usize) / 8;
-        let words = &mut mem[first..first + 16 * BLOCK / 8];
+        let words = &mut mem[first..first + 17 * BLOCK / 8];
         for (i, w) in words.iter_mut().enumerate() {
             *w = 0xabcd_0000_0000 + i as u64;
         }
         let base = words.as_ptr() as u64;
+        // 8 blocks: 2 sets of 4. The pages with an even block number share a set; so do the odd ones.
         let mut cache = vec![0u8; 8 * BLOCK];
         // SAFETY: getpid has no preconditions.
         let mut r = ProcessVmReader::new(unsafe { libc::getpid() }, &mut cache);
@@ -349,47 +421,56 @@ mod tests {
         if !process_vm_readv_works() {
             r = r.with_pipe(Some(pipe()));
         }
-        let read = |r: &mut ProcessVmReader<'_>, i: usize| {
+        let per_page = BLOCK / 8;
+        let read = |r: &mut ProcessVmReader<'_>, page: usize| {
             let mut b = [0u8; 8];
-            assert!(r.read(base + 8 * i as u64, &mut b));
+            assert!(r.read(base + (8 * page * per_page) as u64, &mut b));
             u64::from_ne_bytes(b)
         };
-        for i in (0..16 * BLOCK / 8).step_by(97) {
-            assert_eq!(read(&mut r, i), 0xabcd_0000_0000 + i as u64);
+        let fresh = |page: usize| 0xabcd_0000_0000 + (page * per_page) as u64;
+        for i in (0..17 * BLOCK / 8).step_by(97) {
+            let mut b = [0u8; 8];
+            assert!(r.read(base + 8 * i as u64, &mut b));
+            assert_eq!(u64::from_ne_bytes(b), 0xabcd_0000_0000 + i as u64);
         }
-        // Page 0 and page 1 cached now (slots 0 and 1); change both in memory.
-        let per_page = BLOCK / 8;
-        assert_eq!(read(&mut r, 0), 0xabcd_0000_0000);
-        assert_eq!(read(&mut r, per_page), 0xabcd_0000_0000 + per_page as u64);
+        // A page's set: its block number's parity. Fill one set with four pages, lone misses all (never the page
+        // right after a cached one, so nothing is read ahead).
+        let set_of = |page: usize| ((base as usize / BLOCK) + page) % 2;
+        let same: Vec<usize> = (0..17).filter(|&p| set_of(p) == set_of(0)).collect();
+        let (a, b, c, d, e) = (same[0], same[1], same[2], same[3], same[4]);
+        for p in [a, b, c, d] {
+            assert_eq!(read(&mut r, p), fresh(p));
+        }
         // SAFETY: writing our own live buffer through a raw pointer (the borrow `words` is not used after this).
-        unsafe {
-            *(base as *mut u64) = 1;
-            *((base + BLOCK as u64) as *mut u64) = 2;
+        let poke = |page: usize, v: u64| unsafe { *((base + (page * BLOCK) as u64) as *mut u64) = v };
+        for (k, p) in [a, b, c, d, e].into_iter().enumerate() {
+            poke(p, k as u64 + 1);
         }
-        assert_eq!(read(&mut r, 0), 0xabcd_0000_0000, "page 0 still served from its slot");
-        assert_eq!(read(&mut r, per_page), 0xabcd_0000_0000 + per_page as u64, "page 1 too");
-        // Page 12 maps to slot 4 (8 slots): it and its read-ahead (slots 5-7) leave slots 0 and 1 alone.
-        assert_eq!(read(&mut r, 12 * per_page), 0xabcd_0000_0000 + 12 * per_page as u64);
-        assert_eq!(read(&mut r, 0), 0xabcd_0000_0000, "page 0 not evicted by page 12");
-        assert_eq!(read(&mut r, per_page), 0xabcd_0000_0000 + per_page as u64, "nor page 1");
-        // Page 9 maps to page 1's slot: it evicts page 1 but not page 0.
-        assert_eq!(read(&mut r, 9 * per_page), 0xabcd_0000_0000 + 9 * per_page as u64);
-        assert_eq!(read(&mut r, per_page), 2, "page 1 was evicted and read again");
-        assert_eq!(read(&mut r, 0), 0xabcd_0000_0000, "page 0 was not");
+        // All four are served from the cache; `a` is used last, so `b` is now the least recently used.
+        for p in [b, c, d, a] {
+            assert_eq!(read(&mut r, p), fresh(p), "page {p} is cached");
+        }
+        // A fifth page of the set evicts `b` only.
+        assert_eq!(read(&mut r, e), 5, "page {e} was read now");
+        assert_eq!(read(&mut r, a), fresh(a), "the most recently used page stays");
+        assert_eq!(read(&mut r, c), fresh(c));
+        assert_eq!(read(&mut r, d), fresh(d));
+        assert_eq!(read(&mut r, b), 2, "the least recently used page was evicted and read again");
     }
 
-    /// A miss reads the following blocks in the same system call; a read-ahead block that is not mapped ends the
-    /// run without failing the read, and is refused when asked for; the block after it is read on its own.
+    /// A lone miss reads one block; a miss on the block right after a cached one reads the following blocks in the
+    /// same system call; a read-ahead block that is not mapped ends the run without failing the read, and is refused
+    /// when asked for; the block after it is read on its own.
     #[test]
-    fn read_ahead_fills_the_next_slots_and_stops_at_unmapped_memory() {
+    fn sequential_misses_read_ahead_and_stop_at_unmapped_memory() {
         if !process_vm_readv_works() {
             return; // The pipe fallback (qemu-user) reads one block per miss; covered by the test above.
         }
-        // SAFETY: a fresh anonymous private mapping of four pages; the middle one is unmapped again below.
+        // SAFETY: a fresh anonymous private mapping of six pages; page 4 is unmapped again below.
         let p = unsafe {
             libc::mmap(
                 core::ptr::null_mut(),
-                4 * BLOCK,
+                6 * BLOCK,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
@@ -399,27 +480,35 @@ mod tests {
         assert_ne!(p, libc::MAP_FAILED);
         let base = p as u64;
         let page = |i: u64| (base + i * BLOCK as u64) as *mut u64;
-        // SAFETY: pages 0-3 are mapped and writable; page 2 is unmapped after the writes and never touched again.
+        // SAFETY: pages 0-5 are mapped and writable; page 4 is unmapped after the writes and never touched again.
         unsafe {
-            for i in 0..4 {
+            for i in 0..6 {
                 *page(i) = 100 + i;
             }
-            assert_eq!(libc::munmap(page(2).cast(), BLOCK), 0);
+            assert_eq!(libc::munmap(page(4).cast(), BLOCK), 0);
         }
-        let mut cache = vec![0u8; 8 * BLOCK];
+        // 16 blocks: 4 sets of 4, so a run reads up to READ_AHEAD = 4 blocks.
+        let mut cache = vec![0u8; 16 * BLOCK];
         // SAFETY: getpid has no preconditions.
         let mut r = ProcessVmReader::new(unsafe { libc::getpid() }, &mut cache);
         assert_eq!(r.read_u64(base), Some(100));
-        // Page 1 came with page 0: a change in memory is not seen until it is evicted.
-        // SAFETY: page 1 is mapped.
+        // SAFETY: pages 1 and 2 are mapped.
         unsafe { *page(1) = 7 };
-        assert_eq!(r.read_u64(base + BLOCK as u64), Some(101), "page 1 was read ahead with page 0");
-        assert_eq!(r.read_u64(base + 2 * BLOCK as u64), None, "the unmapped page is refused");
-        assert_eq!(r.read_u64(base + 3 * BLOCK as u64), Some(103), "the page after the hole is read on its own");
-        // SAFETY: unmapping what this test mapped (pages 0, 1 and 3).
+        assert_eq!(r.read_u64(base + BLOCK as u64), Some(7), "a lone miss read page 0 alone");
+        // That miss followed cached page 0: it read pages 2 and 3 too, and stopped at the hole (page 4).
+        // SAFETY: pages 2 and 3 are mapped.
         unsafe {
-            libc::munmap(page(0).cast(), 2 * BLOCK);
-            libc::munmap(page(3).cast(), BLOCK);
+            *page(2) = 8;
+            *page(3) = 9;
+        }
+        assert_eq!(r.read_u64(base + 2 * BLOCK as u64), Some(102), "page 2 was read ahead");
+        assert_eq!(r.read_u64(base + 3 * BLOCK as u64), Some(103), "page 3 too");
+        assert_eq!(r.read_u64(base + 4 * BLOCK as u64), None, "the unmapped page is refused");
+        assert_eq!(r.read_u64(base + 5 * BLOCK as u64), Some(105), "the page after the hole is read on its own");
+        // SAFETY: unmapping what this test mapped (pages 0-3 and 5).
+        unsafe {
+            libc::munmap(page(0).cast(), 4 * BLOCK);
+            libc::munmap(page(5).cast(), BLOCK);
         }
     }
 
