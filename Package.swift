@@ -19,6 +19,10 @@ let package = Package(
         .library(name: "RustCrashReporter", targets: ["RustCrashReporter"]),
     ],
     targets: [
+        // Development: the local build of scripts/build-xcframework.sh. A release replaces this line with
+        //   .binaryTarget(name: "RustCrashReporterC", url: "<URL OF THE UPLOADED ZIP>", checksum: "<SHA-256>")
+        // using target/ios/RustCrashReporterC.xcframework.zip and the checksum the script writes next to it
+        // (handler/README.md, "Swift package release"; nothing is published yet, the URL is a placeholder).
         .binaryTarget(name: "RustCrashReporterC", path: "target/ios/RustCrashReporterC.xcframework"),
         .target(
             name: "RustCrashReporter",

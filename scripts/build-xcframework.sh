@@ -269,4 +269,38 @@ plutil -lint "$repo/apple/PrivacyInfo.xcprivacy"
 for slice in "$xcf"/*/; do
   cp "$repo/apple/PrivacyInfo.xcprivacy" "$slice"
 done
+# Check: every slice (each directory of the XCFramework holding a library) has the manifest, and it parses as a
+# property list with the keys App Store processing reads. plutil above checked the source; this checks what ships.
+# What cannot be checked here: whether Xcode's privacy report picks it up from a static-library XCFramework (that
+# takes an archive of an app that links it: Product > Archive, then Generate Privacy Report in the Organizer).
+python3 - "$xcf" <<'PY'
+import pathlib, plistlib, sys
+xcf = pathlib.Path(sys.argv[1])
+slices = [d for d in xcf.iterdir() if d.is_dir()]
+if not slices:
+    sys.exit(f"build-xcframework: no slices in {xcf}")
+for d in slices:
+    p = d / "PrivacyInfo.xcprivacy"
+    if not p.is_file():
+        sys.exit(f"build-xcframework: {p} missing")
+    try:
+        doc = plistlib.loads(p.read_bytes())
+    except Exception as e:
+        sys.exit(f"build-xcframework: {p}: not a valid property list: {e}")
+    for key in ("NSPrivacyTracking", "NSPrivacyAccessedAPITypes"):
+        if key not in doc:
+            sys.exit(f"build-xcframework: {p}: {key} missing")
+    print(f"==> build-xcframework: privacy manifest ok: {p.relative_to(xcf.parent)}")
+PY
+
+# Release artifact for SwiftPM's `url:` + `checksum:` binary target: the XCFramework zipped with its top directory
+# (`ditto --keepParent`, as Apple's docs do), and its checksum, which is the SHA-256 of the zip (what
+# `swift package compute-checksum` prints).
+zip="$out/$module.xcframework.zip"
+rm -f "$zip"
+(cd "$out" && ditto -c -k --sequesterRsrc --keepParent "$module.xcframework" "$zip")
+if command -v sha256sum >/dev/null; then sum="$(sha256sum "$zip" | cut -d' ' -f1)"; else sum="$(shasum -a 256 "$zip" | cut -d' ' -f1)"; fi
+printf '%s\n' "$sum" >"$zip.sha256"
+log "release zip: $zip"
+log "SwiftPM checksum: $sum (also in $zip.sha256)"
 log "done: $xcf (C and Objective-C: import $module; Swift apps use Package.swift: import RustCrashReporter)"
