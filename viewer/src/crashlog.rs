@@ -285,6 +285,11 @@ pub struct SymbolInfo {
     pub offset: Option<u64>,
     /// Source file name as recorded in the debug info (Apple prints the last path component).
     pub file: Option<String>,
+    /// True when `file` is already the text Apple prints (an `.ips` frame's `sourceFile`), so it is printed as it is
+    /// rather than reduced to its last path component: Apple's translation prints `sourceFile` unchanged, also
+    /// `/<compiler-generated>` (macOS 26.4.1 Console report in the corpus). Not part of the JSON output.
+    #[serde(skip)]
+    pub file_verbatim: bool,
     /// Source line (0 when the line is unknown but the file is).
     pub line: Option<u64>,
 }

@@ -411,6 +411,7 @@ fn frames(list: &[Value], images: &[ImageLog]) -> Vec<FrameLog> {
                 offset: u(f, "symbolLocation"),
                 file: s(f, "sourceFile"),
                 line: u(f, "sourceLine"),
+                file_verbatim: true,
             });
             FrameLog {
                 address: base.wrapping_add(offset),

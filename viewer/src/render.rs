@@ -308,7 +308,8 @@ fn symbol_text(sym: &SymbolInfo, inlined: bool) -> String {
     // `<compiler-generated>` code, and `main`) has none in its translation (macOS 12.7.6 Console report in the
     // corpus). Symbolication from DWARF always gives a line (0 when the line table has none, as atos prints).
     if let (Some(file), Some(line)) = (&sym.file, sym.line) {
-        let _ = write!(s, " ({}:{line})", basename(file));
+        let file = if sym.file_verbatim { file } else { basename(file) };
+        let _ = write!(s, " ({file}:{line})");
     }
     if inlined {
         s.push_str(" [inlined]");

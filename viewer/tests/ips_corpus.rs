@@ -93,6 +93,11 @@ const PAIRS: &[Pair] = &[
         files: Files::FullReport("crashreport.md"),
         tolerated: &[],
     },
+    Pair {
+        name: "keneth-frequency/macos26-sigabrt-leb-fcb1ce3",
+        files: Files::FullReport("debugging_19_4_01.md"),
+        tolerated: &[],
+    },
 ];
 
 const fn pitchenga(folder: &'static str) -> Pair {
