@@ -225,6 +225,10 @@ pub struct ExceptionInfo {
     pub termination_code: Option<u64>,
     /// Termination indicator, e.g. `Trace/BPT trap: 5`.
     pub termination_indicator: Option<String>,
+    /// Lines printed under `Termination Reason:` on macOS: the `.ips` `termination.reasons` then
+    /// `termination.details`, e.g. `Library not loaded: ...` and `(terminated at launch; ignore backtrace)`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub termination_lines: Vec<String>,
     /// Terminating Process, complete: `exc handler [1730]`.
     pub terminating_process: Option<String>,
 }

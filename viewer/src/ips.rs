@@ -358,6 +358,12 @@ fn exception(body: &Value) -> ExceptionInfo {
         termination_namespace: s(term, "namespace"),
         termination_code: u(term, "code"),
         termination_indicator: s(term, "indicator"),
+        termination_lines: ["reasons", "details"]
+            .iter()
+            .filter_map(|k| term.get(*k).and_then(Value::as_array))
+            .flatten()
+            .map(value_string)
+            .collect(),
         terminating_process,
     }
 }

@@ -98,6 +98,16 @@ const PAIRS: &[Pair] = &[
         files: Files::FullReport("debugging_19_4_01.md"),
         tolerated: &[],
     },
+    Pair {
+        name: "image-optimizer/macos14-dyld-libvips-4cd6bce",
+        files: Files::FullReport("upstream-README.md"),
+        tolerated: &[],
+    },
+    Pair {
+        name: "image-optimizer/macos14-dyld-libraw-f9f070e",
+        files: Files::FullReport("upstream-README.md"),
+        tolerated: &[],
+    },
 ];
 
 const fn pitchenga(folder: &'static str) -> Pair {
