@@ -199,7 +199,7 @@ fn every_corpus_report_renders_like_apples_translation() {
 #[test]
 fn the_corpus_has_what_the_readme_promises() {
     // Each pair's files exist and the split of Console's combined files finds both parts.
-    assert!(PAIRS.len() >= 21);
+    assert!(PAIRS.len() >= 24);
     for p in PAIRS {
         let (ips, apple) = load(p);
         assert!(viewer::load(&ips).is_ok(), "{}", p.name);
