@@ -225,6 +225,10 @@ pub struct ExceptionInfo {
     pub termination_code: Option<u64>,
     /// Termination indicator, e.g. `Trace/BPT trap: 5`.
     pub termination_indicator: Option<String>,
+    /// Lines printed under `Termination Reason:` on macOS: the `.ips` `termination.reasons` then
+    /// `termination.details`, e.g. `Library not loaded: ...` and `(terminated at launch; ignore backtrace)`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub termination_lines: Vec<String>,
     /// Terminating Process, complete: `exc handler [1730]`.
     pub terminating_process: Option<String>,
 }
@@ -285,6 +289,11 @@ pub struct SymbolInfo {
     pub offset: Option<u64>,
     /// Source file name as recorded in the debug info (Apple prints the last path component).
     pub file: Option<String>,
+    /// True when `file` is already the text Apple prints (an `.ips` frame's `sourceFile`), so it is printed as it is
+    /// rather than reduced to its last path component: Apple's translation prints `sourceFile` unchanged, also
+    /// `/<compiler-generated>` (macOS 26.4.1 Console report in the corpus). Not part of the JSON output.
+    #[serde(skip)]
+    pub file_verbatim: bool,
     /// Source line (0 when the line is unknown but the file is).
     pub line: Option<u64>,
 }

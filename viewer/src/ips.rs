@@ -358,6 +358,12 @@ fn exception(body: &Value) -> ExceptionInfo {
         termination_namespace: s(term, "namespace"),
         termination_code: u(term, "code"),
         termination_indicator: s(term, "indicator"),
+        termination_lines: ["reasons", "details"]
+            .iter()
+            .filter_map(|k| term.get(*k).and_then(Value::as_array))
+            .flatten()
+            .map(value_string)
+            .collect(),
         terminating_process,
     }
 }
@@ -411,6 +417,7 @@ fn frames(list: &[Value], images: &[ImageLog]) -> Vec<FrameLog> {
                 offset: u(f, "symbolLocation"),
                 file: s(f, "sourceFile"),
                 line: u(f, "sourceLine"),
+                file_verbatim: true,
             });
             FrameLog {
                 address: base.wrapping_add(offset),

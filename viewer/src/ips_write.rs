@@ -281,8 +281,10 @@ fn frame(log: &CrashLog, f: &FrameLog) -> Value {
     if let Some(s) = &f.symbol {
         o.insert("symbol".into(), s.name.clone().into());
         put(&mut o, "symbolLocation", s.offset);
-        // Apple's `sourceFile` is the file name, as the text prints it.
-        put(&mut o, "sourceFile", s.file.as_deref().map(|f| f.rsplit(['/', '\\']).next().unwrap_or(f).to_string()));
+        // Apple's `sourceFile` is the file name, as the text prints it (a file read from an `.ips` is kept as it was).
+        let file =
+            s.file.as_deref().map(|f| if s.file_verbatim { f } else { f.rsplit(['/', '\\']).next().unwrap_or(f) });
+        put(&mut o, "sourceFile", file.map(str::to_string));
         put(&mut o, "sourceLine", s.line);
     }
     if f.inlined {

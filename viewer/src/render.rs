@@ -308,7 +308,8 @@ fn symbol_text(sym: &SymbolInfo, inlined: bool) -> String {
     // `<compiler-generated>` code, and `main`) has none in its translation (macOS 12.7.6 Console report in the
     // corpus). Symbolication from DWARF always gives a line (0 when the line table has none, as atos prints).
     if let (Some(file), Some(line)) = (&sym.file, sym.line) {
-        let _ = write!(s, " ({}:{line})", basename(file));
+        let file = if sym.file_verbatim { file } else { basename(file) };
+        let _ = write!(s, " ({file}:{line})");
     }
     if inlined {
         s.push_str(" [inlined]");
@@ -594,6 +595,13 @@ fn macos_termination(out: &mut String, log: &CrashLog, sep: &str, width: usize) 
             let _ = write!(reason, "{sep}{ind}");
         }
         field(out, width, "Termination Reason", Some(&reason));
+        // The `.ips` `termination.reasons`, then `details`, one a line (macOS 14.7 Console translations of a dyld
+        // `Library missing` in the corpus: `Library not loaded: ...`, `Referenced from: ...`, `Reason: tried: ...`,
+        // `(terminated at launch; ignore backtrace)`). Where `Terminating Process:` goes when both are present is
+        // not shown by any pair; it is kept after them.
+        for l in &e.termination_lines {
+            let _ = writeln!(out, "{l}");
+        }
     }
     field(out, width, "Terminating Process", e.terminating_process.as_deref());
     out.len() != before

@@ -427,6 +427,7 @@ fn dwarf_frames(ctx: &Context<Reader>, address: u64, probe: u64) -> Vec<SymbolIn
                 offset: start.map(|s| address.wrapping_sub(s)),
                 file,
                 line,
+                file_verbatim: false,
             });
         }
     }
@@ -495,6 +496,7 @@ impl SymbolTable {
                 offset: Some(address.wrapping_sub(start)),
                 file: None,
                 line: None,
+                file_verbatim: false,
             }];
         }
         out

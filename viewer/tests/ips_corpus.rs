@@ -93,6 +93,21 @@ const PAIRS: &[Pair] = &[
         files: Files::FullReport("crashreport.md"),
         tolerated: &[],
     },
+    Pair {
+        name: "keneth-frequency/macos26-sigabrt-leb-fcb1ce3",
+        files: Files::FullReport("debugging_19_4_01.md"),
+        tolerated: &[],
+    },
+    Pair {
+        name: "image-optimizer/macos14-dyld-libvips-4cd6bce",
+        files: Files::FullReport("upstream-README.md"),
+        tolerated: &[],
+    },
+    Pair {
+        name: "image-optimizer/macos14-dyld-libraw-f9f070e",
+        files: Files::FullReport("upstream-README.md"),
+        tolerated: &[],
+    },
 ];
 
 const fn pitchenga(folder: &'static str) -> Pair {
@@ -184,7 +199,7 @@ fn every_corpus_report_renders_like_apples_translation() {
 #[test]
 fn the_corpus_has_what_the_readme_promises() {
     // Each pair's files exist and the split of Console's combined files finds both parts.
-    assert!(PAIRS.len() >= 21);
+    assert!(PAIRS.len() >= 24);
     for p in PAIRS {
         let (ips, apple) = load(p);
         assert!(viewer::load(&ips).is_ok(), "{}", p.name);

@@ -2,9 +2,10 @@
 //! macOS 12-15, under a reordered header (21-column labels, the identifiers after the OS version, `Triggered by
 //! Thread:` with the thread's name and queue, `Exception Subtype:`, a comma before the termination indicator).
 //!
-//! Checked byte for byte against ten Console reports of macOS 26.3.1 (tests/fixtures/third_party/pitchenga). Parts
-//! those reports do not show (a triggered thread with a queue but no name, Exception Message/Note, Kernel Triage)
-//! follow the macOS 12-15 rules and are unverified.
+//! Checked byte for byte against ten Console reports of macOS 26.3.1 (tests/fixtures/third_party/pitchenga) and one
+//! of macOS 26.4.1 with a `Last Exception Backtrace` and a triggered thread with a queue but no name
+//! (tests/fixtures/third_party/keneth-frequency). Parts those reports do not show (Exception Message/Note, Kernel
+//! Triage) follow the macOS 12-15 rules and are unverified.
 
 use super::{
     code_type, field, macos_info_blocks, macos_tail, macos_termination, name_pid, problems_block, version, CrashLog,
@@ -67,14 +68,16 @@ pub(super) fn render(log: &CrashLog, out: &mut String) {
     }
     if let Some(t) = log.triggered_thread {
         let thread = log.threads.iter().find(|x| x.index == t);
-        let name = thread.and_then(|x| x.name.as_deref());
-        let queue = thread.and_then(|x| x.queue.as_deref()).map(|q| format!("Dispatch Queue: {q}"));
-        let about: Vec<&str> = name.into_iter().chain(queue.as_deref()).collect();
-        if about.is_empty() {
-            let _ = writeln!(out, "Triggered by Thread: {t}\n");
-        } else {
-            let _ = writeln!(out, "Triggered by Thread: {t}  {}\n", about.join(", "));
+        // The name follows two spaces, the queue a comma: `9  <name>, Dispatch Queue: <q>`, or `9, Dispatch Queue:
+        // <q>` for a thread with a queue and no name (keneth-frequency pair, macOS 26.4.1).
+        let _ = write!(out, "Triggered by Thread: {t}");
+        if let Some(name) = thread.and_then(|x| x.name.as_deref()) {
+            let _ = write!(out, "  {name}");
         }
+        if let Some(queue) = thread.and_then(|x| x.queue.as_deref()) {
+            let _ = write!(out, ", Dispatch Queue: {queue}");
+        }
+        out.push_str("\n\n");
     }
     let e = &log.exception;
     const EXC: usize = 19;
