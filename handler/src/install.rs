@@ -34,7 +34,7 @@ use crate::error::InstallError;
 pub fn install(config: &Config) -> Result<(), InstallError> {
     crate::prealloc::warm_up();
     crate::language::install();
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         crate::platform::linux::install(config).inspect(|()| crate::prealloc::reserve_spare_fds())
     }
@@ -42,7 +42,7 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     {
         crate::platform::darwin::install(config).inspect(|()| crate::prealloc::reserve_spare_fds())
     }
-    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
     {
         let _ = config;
         Err(InstallError::Unsupported)
@@ -60,7 +60,7 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
 /// # Errors
 /// [`InstallError::NotInstalled`] when not installed.
 pub fn uninstall() -> Result<(), InstallError> {
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         crate::platform::linux::uninstall().inspect(|()| crate::prealloc::release_spare_fds())
     }
@@ -68,7 +68,7 @@ pub fn uninstall() -> Result<(), InstallError> {
     {
         crate::platform::darwin::uninstall().inspect(|()| crate::prealloc::release_spare_fds())
     }
-    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
     {
         Err(InstallError::NotInstalled)
     }
@@ -81,7 +81,7 @@ pub fn uninstall() -> Result<(), InstallError> {
 /// # Errors
 /// [`InstallError::NotInstalled`] when not installed.
 pub fn refresh_images() -> Result<usize, InstallError> {
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         crate::platform::linux::refresh_images()
     }
@@ -89,7 +89,7 @@ pub fn refresh_images() -> Result<usize, InstallError> {
     {
         crate::platform::darwin::refresh_images()
     }
-    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
     {
         Err(InstallError::NotInstalled)
     }
@@ -97,7 +97,7 @@ pub fn refresh_images() -> Result<usize, InstallError> {
 
 /// Whether the crash handler is installed.
 pub fn is_installed() -> bool {
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         crate::platform::linux::is_installed()
     }
@@ -105,7 +105,7 @@ pub fn is_installed() -> bool {
     {
         crate::platform::darwin::is_installed()
     }
-    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
     {
         false
     }

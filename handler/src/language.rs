@@ -53,7 +53,7 @@ pub fn set_crash_reason(reason: &str) -> bool {
 /// Kernel thread id of the caller, as the crash path records the crashed thread's: Linux `gettid`, Apple
 /// `pthread_threadid_np` (= `thread_identifier_info.thread_id`).
 pub(crate) fn current_tid() -> u64 {
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         // SAFETY: `gettid` takes no arguments and cannot fail.
         unsafe { libc::syscall(libc::SYS_gettid) as u64 }
@@ -65,7 +65,7 @@ pub(crate) fn current_tid() -> u64 {
         unsafe { libc::pthread_threadid_np(0, &mut tid) };
         tid
     }
-    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
     {
         0
     }

@@ -115,9 +115,10 @@ pub(crate) fn open_report_dir(dir: &Path, reserve_bytes: usize) -> Result<i32, I
 /// Reserves the first report's file in the report directory `dir_fd` (install time; see
 /// `Config::reserved_report_bytes`): creates `.<pid hex>-<time hex>.reserved` (0600, `O_EXCL`), takes an exclusive
 /// `flock` on it for the life of the process (the reporter leaves a locked reservation alone), writes `bytes` zeros
-/// so its blocks get allocated (on Linux, writeback is started at once with `sync_file_range`, without waiting),
-/// and hands it to the crash path (`crash::writer::set_reserved`). No `fsync`: it would cost launch time, and the
-/// file system commits the file within seconds anyway (a crash before that still gets its report, only slower).
+/// so its blocks get allocated (on Linux and 64-bit Android, writeback is started at once with `sync_file_range`,
+/// without waiting), and hands it to the crash path (`crash::writer::set_reserved`). No `fsync`: it would cost
+/// launch time, and the file system commits the file within seconds anyway (a crash before that still gets its
+/// report, only slower).
 ///
 /// # Errors
 /// The `errno` of the failing call; the file is then removed and nothing is reserved.
@@ -160,10 +161,18 @@ pub(crate) fn reserve_report_file(dir_fd: i32, bytes: usize) -> Result<(), i32> 
             _ => return fail(if w == 0 { libc::ENOSPC } else { last_errno() }),
         }
     }
-    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[cfg(target_os = "linux")]
     // SAFETY: `fd` is open; no memory arguments. Starts writeback of the zeros (block allocation) without waiting.
     unsafe {
         libc::sync_file_range(fd, 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+    }
+    // The libc crate declares no `sync_file_range` for Android (bionic has it from API 26): the same system call,
+    // raw (64-bit targets; 32-bit ARM has `sync_file_range2` instead). 2 is `SYNC_FILE_RANGE_WRITE`
+    // (`<linux/fs.h>`).
+    #[cfg(all(target_os = "android", target_pointer_width = "64"))]
+    // SAFETY: as above; plain integer arguments.
+    unsafe {
+        libc::syscall(libc::SYS_sync_file_range, fd, 0i64, 0i64, 2u32);
     }
     let Ok(pid) = i32::try_from(pid) else { return fail(libc::EINVAL) };
     if !crate::crash::writer::set_reserved(fd, pid, name.as_bytes()) {
@@ -199,8 +208,14 @@ extern "C" fn remove_reservation_at_exit() {
 #[allow(unsafe_code)]
 fn check_writable(dir_fd: i32) -> Result<(), i32> {
     let last_errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+    // bionic's `faccessat` refuses every flag (`EINVAL`; bionic `libc/bionic/faccessat.cpp`: Android runs no
+    // set-user-ID code, so the real and effective ids are the same and `AT_EACCESS` would change nothing).
+    #[cfg(target_os = "android")]
+    let flags = 0;
+    #[cfg(not(target_os = "android"))]
+    let flags = libc::AT_EACCESS;
     // SAFETY: "." is a NUL-terminated literal; `dir_fd` is an open directory.
-    if unsafe { libc::faccessat(dir_fd, c".".as_ptr(), libc::W_OK | libc::X_OK, libc::AT_EACCESS) } != 0 {
+    if unsafe { libc::faccessat(dir_fd, c".".as_ptr(), libc::W_OK | libc::X_OK, flags) } != 0 {
         return Err(last_errno());
     }
     let name =
@@ -294,9 +309,9 @@ pub(crate) fn map_stack(size: usize) -> Result<(usize, usize), InstallError> {
         .checked_next_multiple_of(page)
         .filter(|s| s.checked_add(page).is_some())
         .ok_or(InstallError::InvalidConfig("stack size overflows"))?;
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK;
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
     let flags = libc::MAP_PRIVATE | libc::MAP_ANON;
     let os_err = |what| InstallError::Os { what, errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0) };
     // SAFETY: anonymous private mapping with no address hint; the result is checked.
@@ -375,16 +390,16 @@ pub(crate) fn writer_buffers(config: &crate::config::Config) -> Result<crate::cr
 /// # Errors
 /// [`InstallError::OutOfMemory`].
 #[cfg(unix)]
-#[cfg_attr(not(target_os = "linux"), allow(unused_variables))]
+#[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(unused_variables))]
 #[allow(unsafe_code)]
 pub(crate) fn capture_pool(config: &crate::config::Config) -> Result<crate::ondemand::pool::Pool, InstallError> {
     use crate::ondemand::pool::{Entry, Pool};
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     let pipes = !crate::platform::linux::crash::memory::process_vm_readv_works();
     let mut v: Vec<Entry> = Vec::new();
     v.try_reserve_exact(config.capture_walkers).map_err(|_| InstallError::OutOfMemory)?;
     for _ in 0..config.capture_walkers {
-        #[cfg(target_os = "linux")]
+        #[cfg(any(target_os = "linux", target_os = "android"))]
         let pipe = if pipes {
             let mut fds = [0i32; 2];
             // SAFETY: valid out-array of two ints.
@@ -393,7 +408,7 @@ pub(crate) fn capture_pool(config: &crate::config::Config) -> Result<crate::onde
         } else {
             None
         };
-        #[cfg(not(target_os = "linux"))]
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
         let pipe = None;
         let (base, size) = map_stack(crate::ondemand::pool::WALK_STACK_BYTES)?;
         // (Each walker may pass through the installing thread's stack on the way, about 100 KiB.)

@@ -48,7 +48,7 @@ use std::time::Duration;
 /// is stopped by a debugger), [`CaptureError::NoRegisters`].
 pub fn thread_stack(tid: u64, out: &mut [u64], timeout: Duration) -> Result<Captured, CaptureError> {
     let ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         crate::ondemand::linux::thread_stack(tid, out, ns)
     }
@@ -57,7 +57,7 @@ pub fn thread_stack(tid: u64, out: &mut [u64], timeout: Duration) -> Result<Capt
         let _ = ns;
         crate::ondemand::darwin::thread_stack(tid, out)
     }
-    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
     {
         let _ = (tid, out, ns);
         Err(CaptureError::NotInstalled)
@@ -66,7 +66,7 @@ pub fn thread_stack(tid: u64, out: &mut [u64], timeout: Duration) -> Result<Capt
 
 /// The calling thread's id as [`thread_stack`] takes it (Linux `gettid()`; Apple `pthread_threadid_np`).
 pub fn current_thread_id() -> u64 {
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         crate::platform::linux::crash::sys::gettid()
     }
@@ -80,7 +80,7 @@ pub fn current_thread_id() -> u64 {
         };
         id
     }
-    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
     {
         0
     }

@@ -392,7 +392,7 @@ mod tests {
         assert!(m.get(32).is_none());
     }
 
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn this_test_binarys_own_functions_have_names() {
         let exe = std::fs::read_link("/proc/self/exe").expect("exe");

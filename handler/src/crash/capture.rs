@@ -272,7 +272,7 @@ pub fn run<B: Backend>(core: &Core, backend: &mut B, rec: &mut CrashRecord) -> b
     let opts = backend.walk_options();
     let mut mem = backend.memory();
     let mut why = reason::Snapshot::new();
-    why.take(rec.tid, reason::is_abort_like(rec.signal, rec.mach_exception), &mut mem);
+    why.take(rec.tid, reason::is_abort_like(rec.signal, rec.mach_exception), rec.signal, &mut mem);
     let (images, image_note) = backend.images(&mut mem);
     let stop_note = backend.await_stop(&core.threads, rec);
     hooks::call(CrashEvent::StopDone, rec.tid);

@@ -13,6 +13,7 @@
 //! - [`first_chance`]: the first-chance hook for runtimes that recover from faults.
 //! - [`reason`]: why the process is dying, as the runtimes and the app said before the fault (uncaught
 //!   `NSException` and C++ exception, Rust panics, the app's crash reason, the C library's abort message).
+//! - [`bionic_abort`]: Android's abort message (`android_set_abort_message`), found by its mapping's name.
 //! - [`hooks`]: test hooks (allocation counting, a deliberate fault inside the handler).
 //!
 //! The OS-specific crash-path code is in `platform/<os>/crash/`: how threads are stopped and their registers read,
@@ -21,6 +22,7 @@
 
 #[cfg(unix)]
 pub mod actions;
+pub mod bionic_abort;
 #[cfg(unix)]
 pub mod capture;
 pub mod first_chance;

@@ -8,7 +8,8 @@
 //! - [`APP_REASON`]: the short crash reason the app set (`crate::set_crash_reason`).
 //! - The C library's abort message: glibc's `__abort_msg` (a failed `assert()`, `malloc` corruption, stack
 //!   smashing), whose address install records in [`set_abort_msg_address`]; read at crash time through the
-//!   backend's fault-proof reader, never by a plain load, because it is the C library's memory.
+//!   backend's fault-proof reader, never by a plain load, because it is the C library's memory; after a `SIGABRT`
+//!   without one, bionic's (`crate::crash::bionic_abort`).
 //!
 //! Writers run on app threads before the fault (at throw or panic time) and never wait: each record has a writer
 //! flag taken with one compare-and-swap (a second writer at the same moment gives up and its record is lost) and a
@@ -347,7 +348,10 @@ impl Snapshot {
     /// exception, else, when the crash is one a panic ends the process with (`abort_like`, see
     /// [`is_abort_like`]), the crashed thread's newest Rust panic; the app's reason; the C library's abort
     /// message, read with `mem`. Signal-safe, bounded.
-    pub fn take<M: MemoryReader>(&mut self, crashed_tid: u64, abort_like: bool, mem: &mut M) {
+    ///
+    /// `signal` is the crash's signal (0: none yet): after a `SIGABRT` without a glibc message, bionic's abort
+    /// message is looked for too (`crate::crash::bionic_abort`; Android, or a maps file a Linux test set).
+    pub fn take<M: MemoryReader>(&mut self, crashed_tid: u64, abort_like: bool, signal: i32, mem: &mut M) {
         self.kind = Kind::None;
         self.earlier_set = false;
         if OBJC.copy(&mut self.main) {
@@ -359,6 +363,12 @@ impl Snapshot {
         }
         self.app_len = APP_REASON.copy(&mut self.app);
         self.abort_len = read_abort_msg(mem, &mut self.abort);
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if self.abort_len == 0 && signal == libc::SIGABRT {
+            self.abort_len = crate::crash::bionic_abort::read_abort_message(mem, &mut self.abort);
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        let _ = signal;
     }
 
     fn take_panics(&mut self, tid: u64) {
@@ -518,7 +528,7 @@ mod tests {
         let mut mem = Mem(Vec::new());
         let mut s = Box::new(Snapshot::new());
         // Nothing recorded.
-        s.take(7, true, &mut mem);
+        s.take(7, true, 0, &mut mem);
         assert!(s.language().is_none());
         assert!(msgs(&s).is_empty());
 
@@ -531,16 +541,16 @@ mod tests {
             location: &[b"b.rs:", b"3", b":4"],
             ..Fields::default()
         }));
-        s.take(7, is_abort_like(libc::SIGSEGV, 0), &mut mem);
+        s.take(7, is_abort_like(libc::SIGSEGV, 0), libc::SIGSEGV, &mut mem);
         assert!(s.language().is_none(), "a segfault is not a panic's abort");
-        s.take(7, true, &mut mem);
+        s.take(7, true, 0, &mut mem);
         let lx = s.language().expect("panic");
         assert_eq!(lx.kind, b"rust");
         assert_eq!(lx.reason, b"panic in a function that cannot unwind");
         assert_eq!(lx.location, b"b.rs:3:4");
         assert_eq!(lx.thread_id, Some(7));
         assert_eq!(msgs(&s), vec![(b"panic".to_vec(), b"first".to_vec())]);
-        s.take(9, is_abort_like(libc::SIGABRT, 0), &mut mem);
+        s.take(9, is_abort_like(libc::SIGABRT, 0), 0, &mut mem);
         assert!(s.language().is_none(), "another thread's panic is not this crash's");
 
         // C++ wins over panics, Objective-C over C++.
@@ -551,7 +561,7 @@ mod tests {
             reason: &[&long],
             ..Fields::default()
         }));
-        s.take(7, true, &mut mem);
+        s.take(7, true, 0, &mut mem);
         let lx = s.language().expect("c++");
         assert_eq!((lx.kind, lx.type_name, lx.reason.len()), (&b"c++"[..], &b"St13runtime_error"[..], MAX_REASON));
         assert!(OBJC.write(&Fields {
@@ -562,7 +572,7 @@ mod tests {
             backtrace: &[1, 2, 3],
             ..Fields::default()
         }));
-        s.take(7, true, &mut mem);
+        s.take(7, true, 0, &mut mem);
         let lx = s.language().expect("objc");
         assert_eq!((lx.kind, lx.backtrace, lx.user_info), (&b"objc"[..], &[1u64, 2, 3][..], &b"k: v"[..]));
         OBJC.clear();
@@ -579,7 +589,7 @@ mod tests {
         mem.0.push((0x1000, 0x2000u64.to_ne_bytes().to_vec()));
         mem.0.push((0x2000, msg));
         set_abort_msg_address(0x1000);
-        s.take(7, true, &mut mem);
+        s.take(7, true, 0, &mut mem);
         assert_eq!(
             msgs(&s),
             vec![
@@ -589,7 +599,7 @@ mod tests {
         );
         // A null pointer, an unreadable one: nothing.
         mem.0[0].1 = 0u64.to_ne_bytes().to_vec();
-        s.take(7, true, &mut mem);
+        s.take(7, true, 0, &mut mem);
         assert_eq!(msgs(&s).len(), 1);
         set_abort_msg_address(0);
         assert!(APP_REASON.set(b""));

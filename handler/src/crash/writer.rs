@@ -89,11 +89,24 @@ fn write_fully(fd: i32, mut data: &[u8]) -> Result<(), SinkError> {
     Ok(())
 }
 
+/// Where the calling thread's `errno` lives (glibc and musl `__errno_location`, bionic `__errno`): a valid,
+/// aligned pointer for the life of the thread. Signal-safe.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn errno_location() -> *mut i32 {
+    #[cfg(target_os = "linux")]
+    // SAFETY: `__errno_location` takes no arguments and cannot fail.
+    let p = unsafe { libc::__errno_location() };
+    #[cfg(target_os = "android")]
+    // SAFETY: `__errno` takes no arguments and cannot fail.
+    let p = unsafe { libc::__errno() };
+    p
+}
+
 /// The calling thread's `errno`. Signal-safe (a thread-local read).
 pub fn errno() -> i32 {
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    // SAFETY: `__errno_location` returns a valid pointer to the calling thread's errno.
-    let e = unsafe { *libc::__errno_location() };
+    // SAFETY: `errno_location` returns a valid pointer to the calling thread's errno.
+    let e = unsafe { *errno_location() };
     #[cfg(target_vendor = "apple")]
     // SAFETY: `__error` returns a valid pointer to the calling thread's errno.
     let e = unsafe { *libc::__error() };

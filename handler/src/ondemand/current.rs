@@ -301,22 +301,22 @@ fn own_bounds(sp: u64) -> Option<stack_bounds::StackBounds> {
 /// call a walk whose rows are all cached never makes).
 #[derive(Debug)]
 pub struct FaultProof<'a> {
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     blocks: Option<&'a mut [u8]>,
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     pipe: Option<(i32, i32)>,
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     reader: Option<crate::platform::linux::crash::memory::ProcessVmReader<'a>>,
     #[cfg(target_vendor = "apple")]
     reader: crate::platform::darwin::crash::mach::TaskReader,
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
     _blocks: core::marker::PhantomData<&'a mut [u8]>,
 }
 
 impl<'a> FaultProof<'a> {
     /// A reader caching in `blocks`, reading through `pipe` where `process_vm_readv` does not work (Linux).
     pub fn new(blocks: &'a mut [u8], pipe: Option<(i32, i32)>) -> Self {
-        #[cfg(target_os = "linux")]
+        #[cfg(any(target_os = "linux", target_os = "android"))]
         {
             FaultProof { blocks: Some(blocks), pipe, reader: None }
         }
@@ -328,7 +328,7 @@ impl<'a> FaultProof<'a> {
                 _blocks: core::marker::PhantomData,
             }
         }
-        #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+        #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
         {
             let _ = (blocks, pipe);
             FaultProof { _blocks: core::marker::PhantomData }
@@ -338,7 +338,7 @@ impl<'a> FaultProof<'a> {
 
 impl MemoryReader for FaultProof<'_> {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
-        #[cfg(target_os = "linux")]
+        #[cfg(any(target_os = "linux", target_os = "android"))]
         {
             if self.reader.is_none() {
                 let pid = crate::platform::linux::crash::sys::getpid();
@@ -355,7 +355,7 @@ impl MemoryReader for FaultProof<'_> {
         {
             self.reader.read(addr, buf)
         }
-        #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+        #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
         {
             let _ = (addr, buf);
             false

@@ -247,8 +247,8 @@ pub unsafe extern "C" fn capture_handler(_sig: libc::c_int, info: *mut libc::sig
 }
 
 fn set_errno(e: i32) {
-    // SAFETY: `__errno_location` returns a valid pointer to this thread's errno.
-    unsafe { *libc::__errno_location() = e };
+    // SAFETY: `errno_location` returns a valid pointer to this thread's errno.
+    unsafe { *crate::crash::writer::errno_location() = e };
 }
 
 /// The body of [`capture_handler`].

@@ -25,7 +25,7 @@ pub mod current;
 pub mod darwin;
 pub mod expand;
 pub mod fast;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub mod linux;
 pub mod nonfatal;
 pub mod pool;
@@ -52,7 +52,7 @@ pub struct State {
     /// META text captured at install (OS, hardware, process, app).
     pub text: &'static crate::crash::capture::Text,
     /// The real-time signal that asks a thread to walk its own stack (Linux).
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     pub signal: i32,
 }
 

@@ -329,7 +329,7 @@ fn capture(
     timeout_ns: u64,
     f: &mut dyn FnMut(&super::pool::Walker) -> Result<(), CaptureError>,
 ) -> Result<(), CaptureError> {
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         super::linux::capture_with(tid, timeout_ns, f)
     }
@@ -338,7 +338,7 @@ fn capture(
         let _ = timeout_ns;
         super::darwin::capture_with(tid, f)
     }
-    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
     {
         let _ = (tid, timeout_ns, f);
         Err(CaptureError::NotInstalled)
@@ -357,7 +357,7 @@ fn list_threads(dirents: &mut [u8], tids: &mut [u64]) -> (usize, bool) {
         }
         None => overflow = true,
     };
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         // Not the crash path's spare descriptors (see `write_with`).
         let _ = crate::platform::linux::crash::tasks::for_each_thread_no_spares(dirents, &mut add);
@@ -374,7 +374,7 @@ fn list_threads(dirents: &mut [u8], tids: &mut [u64]) -> (usize, bool) {
             list.release();
         }
     }
-    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
     {
         let _ = (dirents, &mut add);
     }
@@ -384,7 +384,7 @@ fn list_threads(dirents: &mut [u8], tids: &mut [u64]) -> (usize, bool) {
 /// Thread `tid`'s name into `buf` (Linux: `/proc/self/task/<tid>/comm` with raw `open`/`read`; Apple:
 /// `THREAD_EXTENDED_INFO.pth_name` through the thread's port); empty when unknown.
 fn thread_name(tid: u64, buf: &mut [u8; 64]) -> &[u8] {
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         let mut path = [0u8; 48];
         let mut at = 0usize;
@@ -432,7 +432,7 @@ fn thread_name(tid: u64, buf: &mut [u8; 64]) -> &[u8] {
         let _ = tid;
         buf.get(..0).unwrap_or(&[])
     }
-    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
     {
         let _ = tid;
         buf.get(..0).unwrap_or(&[])
@@ -449,9 +449,9 @@ fn clock_ns(id: libc::clockid_t) -> u64 {
 /// A fresh report id: a version-4 UUID from the OS's random bytes, or from the clocks when there are none.
 fn report_id(tid: u64) -> [u8; 16] {
     let mut random = [0u8; 16];
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     let got = crate::platform::linux::crash::sys::getrandom(&mut random);
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
     // SAFETY: `random` is a writable buffer of 16 bytes (getentropy allows up to 256).
     let got = unsafe { libc::getentropy(random.as_mut_ptr().cast(), random.len()) } == 0;
     let facts = crate::crash::capture::Facts {

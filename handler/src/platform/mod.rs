@@ -5,5 +5,5 @@
 //! here).
 
 pub mod darwin;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub mod linux;

@@ -32,15 +32,18 @@
 //! `SIGEV_THREAD`, POSIX AIO), which call glibc's internal entry point, not the `pthread_create` symbol; threads made
 //! with raw `clone`; a library of ours that is `dlopen`ed (`RTLD_LOCAL` or not) after libc: its definition does not
 //! interpose earlier lookups, so only threads the library itself creates are wrapped; statically linked programs
-//! (`crt-static`, musl): the wrapper is not built there (`dlsym(RTLD_NEXT)` has no next object); a stack overflow in
+//! (`crt-static`, musl): the wrapper is not built there (`dlsym(RTLD_NEXT)` has no next object); Android (bionic):
+//! not built there either (not tried on a device; Crashpad's wrapper shows it can be done); a stack overflow in
 //! a TLS or pthread-key destructor that runs after ours at thread exit. After `uninstall`, new threads get no
 //! alternate stack; the ones that have ours keep it until they exit.
 #![allow(unsafe_code)]
+// Without the wrapper (bionic, musl, static builds: see `WRAPPED`) the trampoline and what only it calls are unused.
+#![cfg_attr(not(all(target_env = "gnu", not(target_feature = "crt-static"))), allow(dead_code))]
 
 use crate::crash::stack_bounds;
 use crate::error::InstallError;
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Signature of `pthread_create` (POSIX; glibc `<pthread.h>`), as the `libc` crate declares it.
 type PthreadCreate = unsafe extern "C" fn(
@@ -55,8 +58,13 @@ static REAL: AtomicUsize = AtomicUsize::new(0);
 /// Size in bytes of the alternate stack each new thread gets; 0 while not installed (new threads are passed
 /// through untouched).
 static ALT_STACK_SIZE: AtomicUsize = AtomicUsize::new(0);
+/// An atomic `pthread_key_t`: `unsigned int` in glibc and musl, `int` in bionic.
+#[cfg(not(target_os = "android"))]
+type AtomicKey = core::sync::atomic::AtomicU32;
+#[cfg(target_os = "android")]
+type AtomicKey = core::sync::atomic::AtomicI32;
 /// The pthread key whose destructor frees a thread's extras; valid once `KEY_READY` is set.
-static KEY: AtomicU32 = AtomicU32::new(0);
+static KEY: AtomicKey = AtomicKey::new(0);
 static KEY_READY: AtomicBool = AtomicBool::new(false);
 
 /// What the trampoline hands the new thread.

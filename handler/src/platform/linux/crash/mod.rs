@@ -192,8 +192,8 @@ fn die(sig: i32) {
 }
 
 fn set_errno(e: i32) {
-    // SAFETY: `__errno_location` returns a valid pointer to this thread's errno.
-    unsafe { *libc::__errno_location() = e };
+    // SAFETY: `errno_location` returns a valid pointer to this thread's errno.
+    unsafe { *crate::crash::writer::errno_location() = e };
 }
 
 fn own_name(d: &mut SlotData) {
