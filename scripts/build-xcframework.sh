@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # Builds the reporter static library for iOS (and, in the Mac build, macOS) and packages it as
-# RustCrashReporterC.xcframework (module RustCrashReporterC: the C ABI of reporter/src/ffi.rs, header
-# reporter/include/crash_reporter.h, plus apple/PrivacyInfo.xcprivacy in every slice). Swift apps add the package
-# in Package.swift and `import RustCrashReporter` (swift/Sources/RustCrashReporter, a Swift API over the C calls).
+# RustCrashReporterC.xcframework: one static framework per slice, RustCrashReporterC.framework (module
+# RustCrashReporterC: the C ABI of reporter/src/ffi.rs), whose binary is the static library, with the header
+# reporter/include/crash_reporter.h in Headers/, a framework module map, Info.plist and apple/PrivacyInfo.xcprivacy
+# (the layout Apple documents for a static library that needs a privacy manifest; written and checked by
+# scripts/apple_framework.py, which needs no Xcode). Swift apps add the package in Package.swift and
+# `import RustCrashReporter` (swift/Sources/RustCrashReporter, a Swift API over the C calls).
 #
 # Usage:
 #   scripts/build-xcframework.sh                 on a Mac: release static libraries for the three iOS targets,
-#                                                simulator slices joined with lipo, XCFramework with header and
-#                                                module map in target/ios/RustCrashReporterC.xcframework (with a
-#                                                macOS slice for `swift test`)
+#                                                simulator slices joined with lipo, one static framework per
+#                                                slice, XCFramework of them in
+#                                                target/ios/RustCrashReporterC.xcframework (with a macOS slice for
+#                                                `swift test`); signed when CODESIGN_IDENTITY is set
 #   scripts/build-xcframework.sh --cargo-only    anywhere with Debian's Rust (the Linux CI): only the cargo part,
 #                                                with -Zbuild-std, in target/apple (debug profile, the same builds
-#                                                as the CI step it replaces), then the checks below
+#                                                as the CI step it replaces), then the checks below, then one
+#                                                framework per target assembled from its library and checked in
+#                                                target/apple/frameworks/<target>/ (no lipo, no XCFramework: the
+#                                                framework assembly is the same code the Mac build runs)
 #   --debug / --release                          profile (default: release on a Mac, debug with --cargo-only)
 #   --targets "T1 T2"                            subset of the three targets (--cargo-only only; default: all three)
 #
@@ -27,9 +34,16 @@
 #     `_mach_vm_*` family (<mach/mach_vm.h> is #error in the iOS SDK; use vm_read_overwrite / vm_deallocate), and the
 #     private symbols listed in `private_symbol_pattern` below. Applies to every iOS slice, simulator included (the
 #     same objects go to the store's checks in a universal build).
+#   - the framework (both modes): the binary is the library byte for byte and a static archive (or a fat file of
+#     archives), Info.plist parses and has CFBundleExecutable, CFBundleIdentifier, CFBundleName, CFBundlePackageType
+#     FMWK, versions, CFBundleSupportedPlatforms and MinimumOSVersion / LSMinimumSystemVersion, the module map
+#     declares module RustCrashReporterC and names the header it ships, the manifest parses with only Apple's keys
+#     (scripts/apple_framework.py check; `scripts/apple_framework.py self-test` tests these checks on fake archives).
+#     On a Mac the same checks run over the finished XCFramework (check-xcframework).
 # Whether the header matches reporter/src/ffi.rs is checked by `cargo test -p reporter --test header` (part of
 # `cargo test --workspace`); this script does not repeat it.
 #
+# Both modes need python3 (scripts/apple_framework.py, standard library only).
 # Mac requirements (full mode): Xcode 15+ (xcodebuild, lipo), rustup. The script runs
 # `rustup target add aarch64-apple-ios aarch64-apple-ios-sim x86_64-apple-ios` when rustup is present.
 # Linux requirements (--cargo-only): Debian's rustc-web cargo-web rust-web-src (see ../shared/docs/toolchain.md §1)
@@ -121,6 +135,8 @@ else
   fi
 fi
 [ -f "$header" ] || die "header missing: $header"
+command -v python3 >/dev/null || die "python3 missing (scripts/apple_framework.py); install python3"
+framework_tool=(python3 "$repo/scripts/apple_framework.py")
 
 # --- checks ------------------------------------------------------------------------------------------------------
 # Functions the header declares: `... crash_reporter_xxx(`.
@@ -218,20 +234,36 @@ for t in "${targets[@]}"; do
 done
 
 if [ "$mode" = cargo-only ]; then
-  log "cargo-only: ${#libs[@]} static libraries built and checked (no XCFramework: that needs Xcode)"
+  # The framework each library ships in, assembled and checked exactly as the Mac build does it, one per target
+  # (single-architecture: joining the simulator targets takes lipo, which Debian's llvm does not ship).
+  for i in "${!targets[@]}"; do
+    t="${targets[$i]}"
+    case "$t" in
+      aarch64-apple-ios) fw_platform=ios ;;
+      *) fw_platform=ios-simulator ;;
+    esac
+    "${framework_tool[@]}" assemble --platform "$fw_platform" --library "${libs[$i]}" \
+      --out "$target_dir/frameworks/$t" --header "$header" --privacy "$repo/apple/PrivacyInfo.xcprivacy" \
+      --min-os "${IPHONEOS_DEPLOYMENT_TARGET:-16.0}"
+  done
+  log "cargo-only: ${#libs[@]} static libraries built and checked, each wrapped in a checked static framework in $target_dir/frameworks (no XCFramework: that needs Xcode)"
   exit 0
 fi
 
 # --- XCFramework (Mac only) --------------------------------------------------------------------------------------
-# Module and XCFramework are named RustCrashReporterC: `CrashReporter` is PLCrashReporter's module, and an app that
-# links both (or a dependency that does) would fail to build with two modules of one name.
+# Module, framework and XCFramework are named RustCrashReporterC: `CrashReporter` is PLCrashReporter's module, and an
+# app that links both (or a dependency that does) would fail to build with two modules of one name. The framework
+# must carry the module's name: `import RustCrashReporterC` finds RustCrashReporterC.framework/Modules/module.modulemap
+# on the framework search path.
 module=RustCrashReporterC
 out="$repo/target/ios"
 xcf="$out/$module.xcframework"
-rm -rf "$out/device" "$out/simulator" "$out/macos" "$out/headers" "$xcf"
-mkdir -p "$out/device" "$out/simulator" "$out/macos" "$out/headers/$module"
+rm -rf "$out/device" "$out/simulator" "$out/macos" "$out/headers" "$out/frameworks" "$xcf"
+mkdir -p "$out/device" "$out/simulator" "$out/macos"
 
 # A macOS slice too (arm64 + x86_64), so the Swift package builds and its tests run with `swift test` on a Mac.
+# Built for the macOS that Package.swift declares (and the framework's LSMinimumSystemVersion states).
+export MACOSX_DEPLOYMENT_TARGET="${MACOSX_DEPLOYMENT_TARGET:-12.0}"
 mac_targets=(aarch64-apple-darwin x86_64-apple-darwin)
 if command -v rustup >/dev/null; then rustup target add "${mac_targets[@]}"; fi
 for t in "${mac_targets[@]}"; do
@@ -251,47 +283,42 @@ lipo -create \
   -output "$out/macos/libreporter.a"
 lipo -info "$out/simulator/libreporter.a" "$out/macos/libreporter.a"
 
-# Header and module map in a subdirectory named after the module: Xcode copies every XCFramework's Headers into
-# one include directory, and a module.modulemap at its top would collide with other libraries'. Clang finds
-# <include dir>/RustCrashReporterC/module.modulemap when Swift asks for module RustCrashReporterC.
-cp "$header" "$out/headers/$module/crash_reporter.h"
-printf 'module %s {\n    header "crash_reporter.h"\n    export *\n}\n' "$module" >"$out/headers/$module/module.modulemap"
+# One static framework per slice (scripts/apple_framework.py assemble: the library as the framework's binary,
+# Headers/crash_reporter.h, Modules/module.modulemap, Info.plist, PrivacyInfo.xcprivacy; checked as it is written).
+# Apple's documented way to ship a static library's privacy manifest ("Placing content in a bundle", "Distribute
+# your static library with a privacy manifest"); a manifest beside a bare .a in a slice is not read.
+plutil -lint "$repo/apple/PrivacyInfo.xcprivacy"
+for slice in device:ios simulator:ios-simulator macos:macos; do
+  dir="${slice%%:*}"
+  min_os="$IPHONEOS_DEPLOYMENT_TARGET"
+  [ "$dir" = macos ] && min_os="$MACOSX_DEPLOYMENT_TARGET"
+  "${framework_tool[@]}" assemble --platform "${slice#*:}" --library "$out/$dir/libreporter.a" \
+    --out "$out/frameworks/$dir" --header "$header" --privacy "$repo/apple/PrivacyInfo.xcprivacy" --min-os "$min_os"
+  # Apple's own parser too, over what was written (macOS frameworks keep both files in Resources/).
+  res="$out/frameworks/$dir/$module.framework"
+  [ "$dir" = macos ] && res="$res/Resources"
+  plutil -lint "$res/Info.plist" "$res/PrivacyInfo.xcprivacy"
+done
 
 xcodebuild -create-xcframework \
-  -library "$out/device/libreporter.a" -headers "$out/headers" \
-  -library "$out/simulator/libreporter.a" -headers "$out/headers" \
-  -library "$out/macos/libreporter.a" -headers "$out/headers" \
+  -framework "$out/frameworks/device/$module.framework" \
+  -framework "$out/frameworks/simulator/$module.framework" \
+  -framework "$out/frameworks/macos/$module.framework" \
   -output "$xcf"
 
-# The privacy manifest (apple/PrivacyInfo.xcprivacy) in every slice: App Store processing reads the manifests of
-# the XCFrameworks an app links, and the report store reads file timestamps (a required-reason API).
-plutil -lint "$repo/apple/PrivacyInfo.xcprivacy"
-for slice in "$xcf"/*/; do
-  cp "$repo/apple/PrivacyInfo.xcprivacy" "$slice"
-done
-# Check: every slice (each directory of the XCFramework holding a library) has the manifest, and it parses as a
-# property list with the keys App Store processing reads. plutil above checked the source; this checks what ships.
-# What cannot be checked here: whether Xcode's privacy report picks it up from a static-library XCFramework (that
-# takes an archive of an app that links it: Product > Archive, then Generate Privacy Report in the Organizer).
-python3 - "$xcf" <<'PY'
-import pathlib, plistlib, sys
-xcf = pathlib.Path(sys.argv[1])
-slices = [d for d in xcf.iterdir() if d.is_dir()]
-if not slices:
-    sys.exit(f"build-xcframework: no slices in {xcf}")
-for d in slices:
-    p = d / "PrivacyInfo.xcprivacy"
-    if not p.is_file():
-        sys.exit(f"build-xcframework: {p} missing")
-    try:
-        doc = plistlib.loads(p.read_bytes())
-    except Exception as e:
-        sys.exit(f"build-xcframework: {p}: not a valid property list: {e}")
-    for key in ("NSPrivacyTracking", "NSPrivacyAccessedAPITypes"):
-        if key not in doc:
-            sys.exit(f"build-xcframework: {p}: {key} missing")
-    print(f"==> build-xcframework: privacy manifest ok: {p.relative_to(xcf.parent)}")
-PY
+# What ships, checked again: xcodebuild's Info.plist lists three framework slices (iOS, iOS simulator, macOS) and
+# each is complete (the same checks as above). What cannot be checked here: whether Xcode's privacy report picks the
+# manifest up; that takes an archive of an app that links it (Product > Archive, then Generate Privacy Report).
+"${framework_tool[@]}" check-xcframework "$xcf" --header "$header" --privacy "$repo/apple/PrivacyInfo.xcprivacy"
+
+# Apple asks for signed XCFrameworks from SDK vendors ("Verifying the origin of your XCFrameworks"); signed when an
+# identity is given (e.g. CODESIGN_IDENTITY="Apple Distribution: ..."), unsigned otherwise (local development).
+if [ -n "${CODESIGN_IDENTITY:-}" ]; then
+  codesign --timestamp -v --sign "$CODESIGN_IDENTITY" "$xcf"
+  codesign --verify --verbose "$xcf"
+else
+  log "XCFramework not signed (set CODESIGN_IDENTITY to sign it for a release)"
+fi
 
 # Release artifact for SwiftPM's `url:` + `checksum:` binary target: the XCFramework zipped with its top directory
 # (`ditto --keepParent`, as Apple's docs do), and its checksum, which is the SHA-256 of the zip (what
