@@ -507,7 +507,8 @@ def self_test():
         expect_failure("a macOS framework whose Versions/Current is wrong", lambda: check_framework(fw, "macos"),
                        "want a symlink to A")
         fw = broken("macos", fat)
-        shutil.move(str(fw / "Versions" / "A" / "Resources" / "PrivacyInfo.xcprivacy"), str(fw / "PrivacyInfo.xcprivacy"))
+        shutil.move(str(fw / "Versions" / "A" / "Resources" / "PrivacyInfo.xcprivacy"),
+                    str(fw / "PrivacyInfo.xcprivacy"))
         expect_failure("a macOS framework with the manifest at its root instead of Resources/",
                        lambda: check_framework(fw, "macos"), "entries")
         bare = work / "bare.xcframework"

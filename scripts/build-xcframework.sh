@@ -246,7 +246,8 @@ if [ "$mode" = cargo-only ]; then
       --out "$target_dir/frameworks/$t" --header "$header" --privacy "$repo/apple/PrivacyInfo.xcprivacy" \
       --min-os "${IPHONEOS_DEPLOYMENT_TARGET:-16.0}"
   done
-  log "cargo-only: ${#libs[@]} static libraries built and checked, each wrapped in a checked static framework in $target_dir/frameworks (no XCFramework: that needs Xcode)"
+  log "cargo-only: ${#libs[@]} static libraries built and checked, each in a checked static framework in" \
+    "$target_dir/frameworks (no XCFramework: that needs Xcode)"
   exit 0
 fi
 
