@@ -121,9 +121,9 @@ else
   fi
   cargo=(cargo)
   target_dir="${CARGO_TARGET_DIR:-$repo/target}"
-  # Objects built for the app's minimum iOS (ios-harness/project.yml), so the linker does not warn about objects
-  # built for a newer iOS than the app.
-  export IPHONEOS_DEPLOYMENT_TARGET="${IPHONEOS_DEPLOYMENT_TARGET:-16.0}"
+  # Objects built for the oldest iOS the package supports (Package.swift: .iOS(.v15)), so the linker of an app with
+  # that minimum does not warn about objects built for a newer iOS than the app.
+  export IPHONEOS_DEPLOYMENT_TARGET="${IPHONEOS_DEPLOYMENT_TARGET:-15.0}"
   build_std=()
   # Xcode's nm and objdump are LLVM's and take the same options; prefer llvm-* when installed (e.g. Homebrew).
   if command -v llvm-nm >/dev/null && command -v llvm-objdump >/dev/null; then
@@ -244,7 +244,7 @@ if [ "$mode" = cargo-only ]; then
     esac
     "${framework_tool[@]}" assemble --platform "$fw_platform" --library "${libs[$i]}" \
       --out "$target_dir/frameworks/$t" --header "$header" --privacy "$repo/apple/PrivacyInfo.xcprivacy" \
-      --min-os "${IPHONEOS_DEPLOYMENT_TARGET:-16.0}"
+      --min-os "${IPHONEOS_DEPLOYMENT_TARGET:-15.0}"
   done
   log "cargo-only: ${#libs[@]} static libraries built and checked, each in a checked static framework in" \
     "$target_dir/frameworks (no XCFramework: that needs Xcode)"
