@@ -41,8 +41,9 @@ pub struct Config {
     pub release_timeout_ms: u32,
     /// The real-time signal used to stop threads (Linux); `None` picks `SIGRTMAX() - 4`.
     pub stop_signal: Option<i32>,
-    /// Size in bytes of the report file reserved at install (created in `report_dir`, filled with zeros, locked
-    /// with `flock` for the life of the process; `crash::writer::take_reserved`). The first crash writes its report
+    /// Size in bytes of the report file reserved at install (in `report_dir`, all zeros, locked with `flock` for
+    /// the life of the process; `crash::writer::take_reserved`): the unused one an earlier process of the same
+    /// user left, when there is one of exactly this size, else a new one. The first crash writes its report
     /// into it: no file is created after the fault, the blocks are already allocated (the report needs no new
     /// blocks when it fits), and one `fdatasync` makes it durable. A larger report grows the file. 0: no
     /// reservation; every report file is created after the fault. Default 64 KiB (a report of 64 threads × 32

@@ -26,9 +26,10 @@
 //!
 //! Reserved report files (`.<pid>-<time>.reserved`, `handler::crash::writer::RESERVED_SUFFIX`): the handler creates
 //! one at install, full of zeros and `flock`ed for the life of its process, and the first crash writes its report
-//! into it and renames it. [`Store::sweep_reserved`] leaves one alone while its lock is held; once its process is
-//! gone, one still all zeros was never used and is deleted, and one holding a report (the rename did not reach the
-//! disk) is cut after its end marker and kept as a pending report.
+//! into it and renames it; a process that ends without a crash leaves it, unused, for the next install to claim.
+//! [`Store::sweep_reserved`] leaves one alone while its lock is held; once its process is gone, of those still all
+//! zeros (never used) the newest stays as that spare and the others are deleted, and one holding a report (the
+//! rename did not reach the disk) is cut after its end marker and kept as a pending report.
 
 use report_format::Decoded;
 use serde::{Deserialize, Serialize};
@@ -47,6 +48,26 @@ pub const STALE_CLAIM: Duration = Duration::from_secs(10 * 60);
 pub const TORN_AFTER: Duration = Duration::from_secs(60);
 /// File-name suffix of the report file the handler reserves at install (`handler::crash::writer::RESERVED_SUFFIX`).
 pub const RESERVED_SUFFIX: &str = ".reserved";
+
+/// What [`Store::sweep_reserved`] found in one reserved report file.
+enum Reserved {
+    /// Its process still holds the lock (or it could not be opened): left alone.
+    Live,
+    /// A report taken out of it, or set aside as damaged.
+    Handled,
+    /// All zeros, never used: a spare, still locked by the sweep.
+    Unused(Spare),
+}
+
+/// An unused reservation found by [`Store::sweep_reserved`], locked until the sweep ends.
+struct Spare {
+    path: PathBuf,
+    modified: SystemTime,
+    #[cfg(unix)]
+    _lock: nix::fcntl::Flock<fs::File>,
+    #[cfg(not(unix))]
+    _lock: fs::File,
+}
 
 /// A report waiting in `pending/`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -275,38 +296,53 @@ impl Store {
     }
 
     /// Handles the report files the handler reserved at install in `pending/` (see the module docs) whose process
-    /// is gone, which [`Store::sweep_torn`] leaves alone: one still all zeros is deleted (never used); one that
-    /// starts with the report magic is cut after its end marker (or after its last non-zero byte when it has none:
-    /// a torn report) and becomes `pending/<name>.crashreport`; anything else is set aside as damaged. A
-    /// reservation whose process still holds its `flock` (that process is alive) is left alone. Returns how many
-    /// were handled.
+    /// is gone, which [`Store::sweep_torn`] leaves alone. One that starts with the report magic is cut after its
+    /// end marker (or after its last non-zero byte when it has none: a torn report) and becomes
+    /// `pending/reserved-<name>.crashreport`; one holding anything else but zeros is set aside as damaged. Of those
+    /// still all zeros (never used), the newest (modification time, then name) stays as the spare the next
+    /// install claims (it skips writing a new file, and its blocks are on the disk already), and the others are
+    /// deleted. A reservation whose process still holds its `flock` (that process is alive) is left alone. Returns
+    /// how many were taken, set aside or deleted (not counting the spare kept).
     ///
     /// # Errors
     /// I/O errors listing `pending/` or moving a file.
     pub fn sweep_reserved(&self) -> io::Result<usize> {
         let mut n = 0;
+        let mut spares = Vec::new();
         for e in fs::read_dir(self.pending_dir())? {
             let e = e?;
             let Ok(name) = e.file_name().into_string() else { continue };
-            if name.ends_with(RESERVED_SUFFIX) && self.take_reserved(&e.path(), &name)? {
-                n += 1;
+            if !name.ends_with(RESERVED_SUFFIX) {
+                continue;
             }
+            match self.take_reserved(&e.path(), &name)? {
+                Reserved::Live => {}
+                Reserved::Handled => n += 1,
+                Reserved::Unused(spare) => spares.push(spare),
+            }
+        }
+        // Newest first; every spare is still locked by us here, so no install claims one being deleted.
+        spares.sort_by(|a, b| (b.modified, &b.path).cmp(&(a.modified, &a.path)));
+        for spare in spares.iter().skip(1) {
+            fs::remove_file(&spare.path)?;
+            n += 1;
         }
         Ok(n)
     }
 
-    /// [`Store::sweep_reserved`] for one file; `false` when it is still locked (its process is alive).
-    fn take_reserved(&self, path: &Path, name: &str) -> io::Result<bool> {
-        let Ok(file) = fs::File::options().read(true).write(true).open(path) else { return Ok(false) };
+    /// [`Store::sweep_reserved`] for one file.
+    fn take_reserved(&self, path: &Path, name: &str) -> io::Result<Reserved> {
+        let Ok(file) = fs::File::options().read(true).write(true).open(path) else { return Ok(Reserved::Live) };
         #[cfg(unix)]
         let file = match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
             Ok(locked) => locked,
-            Err(_) => return Ok(false),
+            Err(_) => return Ok(Reserved::Live),
         };
         let bytes = fs::read(path)?;
         let stem = name.trim_start_matches('.').trim_end_matches(RESERVED_SUFFIX);
         if bytes.iter().all(|b| *b == 0) {
-            fs::remove_file(path)?;
+            let modified = file.metadata().and_then(|m| m.modified()).unwrap_or(UNIX_EPOCH);
+            return Ok(Reserved::Unused(Spare { path: path.to_path_buf(), modified, _lock: file }));
         } else if bytes.starts_with(&report_format::framing::MAGIC[..4]) {
             file.set_len(reserved_report_len(&bytes))?;
             file.sync_all()?;
@@ -315,7 +351,7 @@ impl Store {
             let why = "a reserved report file holding neither zeros nor a report";
             self.move_aside(path, "damaged", &format!("reserved-{stem}{REPORT_SUFFIX}"), why)?;
         }
-        Ok(true)
+        Ok(Reserved::Handled)
     }
 
     /// Keeps at most `max` reports in `pending/`: the oldest beyond that are deleted, and each drop is recorded in
@@ -540,9 +576,10 @@ mod tests {
         assert_eq!(fs::metadata(&claim.path).expect("stat").len(), 65_536, "the file is left as it is");
     }
 
-    /// Reservations of ended processes: an unused one is deleted, a used one (a report and the reservation's
-    /// zeros) keeps exactly the report, a torn one is cut after its last written byte, junk is set aside; one
-    /// whose process holds its lock is left alone, whatever it holds.
+    /// Reservations of ended processes: of the unused ones the newest stays as the next install's spare and the
+    /// others are deleted, a used one (a report and the reservation's zeros) keeps exactly the report, a torn one
+    /// is cut after its last written byte, junk is set aside; one whose process holds its lock is left alone,
+    /// whatever it holds.
     #[test]
     #[cfg(unix)]
     fn reserved_files_of_ended_processes_are_taken_or_deleted_and_live_ones_left_alone() {
@@ -552,6 +589,15 @@ mod tests {
         let padded = |b: &[u8]| [b, &[0u8; 4096][..]].concat();
         let p = |n: &str| s.pending_dir().join(n);
         fs::write(p(".1-a.reserved"), [0u8; 65536]).expect("write");
+        fs::write(p(".0-z.reserved"), [0u8; 65536]).expect("write");
+        fs::write(p(".6-f.reserved"), [0u8; 65536]).expect("write");
+        let age = |n: &str, secs: u64| {
+            let f = fs::File::options().write(true).open(p(n)).expect("open");
+            f.set_modified(SystemTime::now() - Duration::from_secs(secs)).expect("set mtime");
+        };
+        age(".0-z.reserved", 300);
+        age(".1-a.reserved", 60);
+        age(".6-f.reserved", 120);
         fs::write(p(".2-b.reserved"), padded(&report)).expect("write");
         fs::write(p(".3-c.reserved"), padded(&report[..report.len() - 30])).expect("write");
         fs::write(p(".4-d.reserved"), padded(b"junk")).expect("write");
@@ -559,8 +605,11 @@ mod tests {
         let live = fs::File::options().read(true).write(true).open(p(".5-e.reserved")).expect("open");
         let live = nix::fcntl::Flock::lock(live, nix::fcntl::FlockArg::LockExclusiveNonblock).expect("lock");
 
-        assert_eq!(s.sweep_reserved().expect("sweep"), 4);
-        assert!(!p(".1-a.reserved").exists(), "an unused reservation is deleted");
+        assert_eq!(s.sweep_reserved().expect("sweep"), 5, "3 taken or set aside, 2 deleted");
+        assert_eq!(fs::read(p(".1-a.reserved")).expect("spare"), [0u8; 65536], "the newest unused one stays");
+        assert!(!p(".0-z.reserved").exists() && !p(".6-f.reserved").exists(), "older unused ones are deleted");
+        let spare = fs::File::open(p(".1-a.reserved")).expect("open");
+        nix::fcntl::Flock::lock(spare, nix::fcntl::FlockArg::LockExclusiveNonblock).expect("the spare is unlocked");
         assert_eq!(fs::read(p("reserved-2-b.crashreport")).expect("used"), report, "the report, without the zeros");
         assert_eq!(fs::read(p("reserved-3-c.crashreport")).expect("torn"), report[..report.len() - 30]);
         assert_eq!(s.list("damaged").expect("list"), vec!["reserved-4-d.crashreport".to_string()]);

@@ -28,8 +28,13 @@ pub struct Run {
     pub stderr: String,
     /// Paths of finished reports (`*.crashreport`).
     pub reports: Vec<PathBuf>,
-    /// Other files left in the report directory (temporary files, ...), except the SIGBUS backing file.
+    /// Other files left in the report directory (temporary files, ...), except the SIGBUS backing file and
+    /// [`Run::spares`].
     pub leftovers: Vec<PathBuf>,
+    /// Unused reservations left for the next launch: `.*.reserved` files that are still all zeros (a process that
+    /// ends without a crash leaves its reservation; `handler::Config::reserved_report_bytes`). One that holds
+    /// anything else is in [`Run::leftovers`].
+    pub spares: Vec<PathBuf>,
     /// The alloc-count file's `key value` lines.
     pub counts: Vec<(String, u64)>,
     /// Keeps the directory alive.
@@ -102,12 +107,15 @@ pub fn run(client: &Path, trigger: &str, base: &Path, limit: Duration) -> Run {
     };
     let mut found = Vec::new();
     let mut leftovers = Vec::new();
+    let mut spares = Vec::new();
     if let Ok(rd) = std::fs::read_dir(&reports) {
         for e in rd.flatten() {
             let p = e.path();
             let name = e.file_name().to_string_lossy().into_owned();
             if name.ends_with(".crashreport") && !name.starts_with('.') {
                 found.push(p);
+            } else if name.ends_with(".reserved") && std::fs::read(&p).is_ok_and(|b| b.iter().all(|x| *x == 0)) {
+                spares.push(p);
             } else if name != "sigbus-backing-file" {
                 leftovers.push(p);
             }
@@ -129,6 +137,7 @@ pub fn run(client: &Path, trigger: &str, base: &Path, limit: Duration) -> Run {
         stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
         reports: found,
         leftovers,
+        spares,
         counts,
         dir,
     }

@@ -806,6 +806,35 @@ fn the_first_report_is_written_into_the_file_reserved_at_install() {
     assert!(d.padding > 0, "the zeros beyond the report are left in place; {ctx}");
 }
 
+/// A process that ends without a crash leaves its reservation (unused, unlocked, all zeros), and the next launch's
+/// install claims it instead of creating one: that launch's report is written into the earlier process's file
+/// (same inode), and nothing is left but the report.
+#[test]
+fn a_later_launch_writes_its_report_into_the_reservation_an_earlier_process_left() {
+    use std::os::unix::fs::MetadataExt;
+    let base = tempfile::tempdir().expect("tempdir");
+    let first = run(client(), "refresh_images", base.path(), LIMIT);
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    assert!(first.leftovers.is_empty(), "{:?}", first.leftovers);
+    assert_eq!(first.spares.len(), 1, "an ended process leaves its unused reservation, all zeros");
+    let spare_ino = std::fs::metadata(&first.spares[0]).expect("spare").ino();
+    // The next launch, in the same report directory.
+    std::fs::create_dir_all(base.path().join("null_deref")).expect("dir");
+    std::fs::rename(first.dir.join("reports"), base.path().join("null_deref/reports")).expect("move");
+    let run = run(client(), "null_deref", base.path(), LIMIT);
+    let ctx = format!("stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    let reserved: Vec<u64> =
+        run.stdout.lines().filter_map(|l| l.strip_prefix("RESERVED ")).filter_map(|n| n.parse().ok()).collect();
+    assert_eq!(reserved, vec![spare_ino], "install claimed the spare and created no other; {ctx}");
+    assert_eq!(run.signal, Some(SIGSEGV), "{ctx}");
+    assert_eq!(run.count("all_allocs"), Some(0), "{ctx}");
+    assert_eq!(run.reports.len(), 1, "{ctx}");
+    assert!(run.leftovers.is_empty() && run.spares.is_empty(), "files left: {:?}; {ctx}", run.leftovers);
+    assert_eq!(std::fs::metadata(&run.reports[0]).expect("report").ino(), spare_ino, "{ctx}");
+    let d = report_format::decode(&std::fs::read(&run.reports[0]).expect("read")).expect("decodes");
+    assert!(d.is_intact(), "{:?}; {ctx}", d.problems);
+}
+
 /// A disk that fills up (here: `RLIMIT_FSIZE` of 24 bytes, lowered by the crash hook, so writes fail with `EFBIG`;
 /// the limit applies to every write past it, so inside the reserved file too) before the head sections (file
 /// header, META, EXCEPTION) are on disk: no file is committed as a report, and the file is removed (a headerless

@@ -129,3 +129,17 @@ pub fn clock_ticks() -> u64 {
         100
     }
 }
+
+/// `syncfs(2)` on the file system holding directory `dir`: every dirty page and inode of it written back.
+///
+/// # Errors
+/// Opening `dir` or the call's `errno`, as text.
+pub fn syncfs_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::io::AsRawFd;
+    let d = std::fs::File::open(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // SAFETY: `d` is an open descriptor for the duration of the call; syncfs has no memory arguments.
+    if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
+        return Err(format!("syncfs {}: {}", dir.display(), std::io::Error::last_os_error()));
+    }
+    Ok(())
+}

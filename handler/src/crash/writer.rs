@@ -7,8 +7,8 @@
 //! list) for each frame's image, which also marks the image as used in a preallocated bitset. Registers of the
 //! crashed thread mark their images too. Threads other than the crashed one keep only pc, sp, fp (and lr on arm64).
 //!
-//! The first report of a process goes into the file reserved at install ([`take_reserved`]): created, filled with
-//! zeros and locked then, so the crash writes into blocks already allocated, `fdatasync`s once and renames, with
+//! The first report of a process goes into the file reserved at install ([`take_reserved`]): all zeros and locked
+//! then (an earlier process's unused one, or created and filled with zeros), so the crash writes into blocks already allocated, `fdatasync`s once and renames, with
 //! no file creation, no `ftruncate` (the zeros after the report stay: format 2.4 zero padding, SCHEMA.md §2) and
 //! no directory `fsync` after the fault ([`commit`]).
 //!
@@ -36,8 +36,9 @@ pub const TEMP_PREFIX: &[u8] = b".";
 /// Suffix of a report still being written.
 pub const TEMP_SUFFIX: &[u8] = b".tmp";
 /// Suffix of the report file reserved at install (`.<pid hex>-<time hex>.reserved`, zeros until a crash writes
-/// into it). The reporter leaves a reservation alone while its process holds the `flock` taken at install; once
-/// that process is gone it deletes an unused one and takes a used one as a report (`reporter::store`).
+/// into it; the name is its creator's: a later process that claims it keeps it). The reporter leaves a reservation
+/// alone while its process holds the `flock` taken at install; once that process is gone it keeps one unused one
+/// as the next install's spare, deletes other unused ones and takes a used one as a report (`reporter::store`).
 pub const RESERVED_SUFFIX: &[u8] = b".reserved";
 
 /// A [`Sink`] that buffers into a preallocated buffer and writes to a file descriptor with `write(2)`.
