@@ -51,8 +51,16 @@ pub struct CrashLog {
     /// Application Specific Information line).
     pub language_exception: Option<LanguageExceptionLog>,
     /// Last Exception Backtrace: the frames where the uncaught exception was thrown, innermost first (`.ips`
-    /// `lastExceptionBacktrace`; our reports' `lx.bt`). Empty: no such section.
+    /// `lastExceptionBacktrace`; our reports' `lx.bt`). Empty: no such section. Not printed when
+    /// [`CrashLog::asi_backtraces`] has entries (Apple prints only those then).
     pub last_exception_backtrace: Vec<FrameLog>,
+    /// Application Specific Backtraces (`.ips` `asiBacktraces`, macOS): each entry one backtrace as the OS wrote it,
+    /// one frame a line (`0   CoreFoundation   0x00007ff80f9ea6e3 __exceptionPreprocess + 242`), without a final
+    /// newline. Printed as `Application Specific Backtrace N:` (N counted from 0) after Application Specific
+    /// Information, and then instead of `Last Exception Backtrace:` (macOS 12.7.6 Console translation of an
+    /// uncaught Objective-C exception in the corpus, whose `.ips` holds both). Empty: none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub asi_backtraces: Vec<String>,
     /// User key/values the app set (our reports' USER section), in key order; printed under `User Values:`.
     pub user_values: Vec<(String, String)>,
     /// Kernel Triage text (`.ips` `ktriageinfo`), newline-terminated lines.
@@ -377,6 +385,7 @@ impl CrashLog {
             asi: Vec::new(),
             language_exception: None,
             last_exception_backtrace: Vec::new(),
+            asi_backtraces: Vec::new(),
             user_values: Vec::new(),
             kernel_triage: None,
             vm_region_info: None,

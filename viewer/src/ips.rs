@@ -242,6 +242,7 @@ fn map_body(meta: &Value, body: &Value, problems: Vec<String>) -> CrashLog {
     log.kernel_triage = s(body, "ktriageinfo");
     log.vm_region_info = s(body, "vmRegionInfo").or_else(|| s(body, "vmregioninfo"));
     log.asi = asi(body);
+    log.asi_backtraces = asi_backtraces(body);
     log.images = images(body);
     if let Some(bt) = body.get("lastExceptionBacktrace").and_then(Value::as_array) {
         // Every entry is a return address (frame 0 is `__exceptionPreprocess + N`, a call's return).
@@ -384,6 +385,17 @@ fn asi(body: &Value) -> Vec<String> {
         _ => {}
     }
     out
+}
+
+/// `asiBacktraces`: an array of strings, each one backtrace already laid out as text; empty strings are dropped. A
+/// single string is taken as one backtrace.
+fn asi_backtraces(body: &Value) -> Vec<String> {
+    let keep = |t: &str| (!t.is_empty()).then(|| t.to_string());
+    match body.get("asiBacktraces") {
+        Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).filter_map(keep).collect(),
+        Some(Value::String(t)) => keep(t).into_iter().collect(),
+        _ => Vec::new(),
+    }
 }
 
 fn images(body: &Value) -> Vec<ImageLog> {

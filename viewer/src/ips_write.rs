@@ -6,10 +6,13 @@
 //! `timestamp`, `app_version`, `slice_uuid`, `build_version`, `platform`, `bundleID`, `bug_type` `"309"`,
 //! `os_version`, `incident_id`, `name`); the rest is the pretty-printed JSON body: header keys (`incident`,
 //! `crashReporterKey`, `modelCode`, `procName`, `pid`, `procPath`, `bundleInfo`, `cpuType`, `procRole`,
-//! `parentProc`, `parentPid`, `captureTime`, `procLaunch`, `osVersion{train, build, releaseType, isEmbedded}`, ...),
-//! `exception{type, signal, codes, rawCodes, subtype, message}`, `termination{namespace, code, indicator, byProc,
-//! byPid}`, `faultingThread`, `asi`, `threads[]{triggered, id, name, queue, frames[], threadState,
-//! instructionState}`, `usedImages[]{source, arch, base, size, uuid, path, name}`.
+//! `parentProc`, `parentPid`, `captureTime`, `procLaunch`, `osVersion{train, build, releaseType, isEmbedded}`, `sip`,
+//! `sleepWakeUUID`, `wakeTime`, `bridgeVersion{build, train}`, `storeInfo{itemID, softwareVersionExternalIdentifier}`,
+//! ...), `exception{type, signal, codes, rawCodes, subtype, message}`, `termination{namespace, code, indicator,
+//! reasons, byProc, byPid}` (the model's termination lines, Apple's `reasons` then `details`, all as `reasons`),
+//! `faultingThread`, `asi`, `asiBacktraces` (strings, as in Apple's macOS 12 `.ips`), `lastExceptionBacktrace`,
+//! `threads[]{triggered, id, name, queue, frames[], threadState, instructionState}`, `usedImages[]{source, arch,
+//! base, size, uuid, path, name}`.
 //!
 //! A frame is `{imageIndex, imageOffset}` (+ `symbol`, `symbolLocation`, `sourceFile`, `sourceLine`, `inline` when
 //! symbolicated); a frame outside every image has only `imageOffset` = its address (our `.ips` reader and Apple's
@@ -150,6 +153,22 @@ fn body(log: &CrashLog) -> Value {
     put(&mut b, "responsiblePid", h.responsible_pid);
     put(&mut b, "responsibleProc", h.responsible_name.clone());
     put(&mut b, "sip", h.sip.clone());
+    put(&mut b, "sleepWakeUUID", h.sleep_wake_uuid.clone());
+    put(&mut b, "wakeTime", h.wake_time_seconds);
+    if let Some(bridge) = &h.bridge_os_version {
+        // `train (build)`, as the text prints it, back into Apple's object.
+        let (train, build) = split_os(bridge);
+        let mut o = Map::new();
+        put(&mut o, "build", build);
+        o.insert("train".into(), train.into());
+        b.insert("bridgeVersion".into(), Value::Object(o));
+    }
+    if h.app_item_id.is_some() || h.app_external_id.is_some() {
+        let mut o = Map::new();
+        put(&mut o, "itemID", h.app_item_id.clone());
+        put(&mut o, "softwareVersionExternalIdentifier", h.app_external_id.clone());
+        b.insert("storeInfo".into(), Value::Object(o));
+    }
     put(&mut b, "basebandVersion", h.baseband_version.clone());
     put(&mut b, "vmRegionInfo", log.vm_region_info.clone());
     // macOS writes the region info twice, the second time under a lowercase key.
@@ -183,6 +202,12 @@ fn body(log: &CrashLog) -> Value {
     put(&mut term, "code", e.termination_code);
     put(&mut term, "namespace", e.termination_namespace.clone());
     put(&mut term, "indicator", e.termination_indicator.clone());
+    if !e.termination_lines.is_empty() {
+        // The model keeps `reasons` and `details` as one list of lines (printed one after the other); written back
+        // as `reasons`, they print the same.
+        let lines = e.termination_lines.iter().map(|l| Value::from(l.as_str())).collect();
+        term.insert("reasons".into(), Value::Array(lines));
+    }
     if let Some(p) = &e.terminating_process {
         match p.strip_suffix(']').and_then(|s| s.rsplit_once(" [")) {
             Some((name, pid)) if pid.parse::<u64>().is_ok() => {
@@ -211,6 +236,9 @@ fn body(log: &CrashLog) -> Value {
         let mut asi = Map::new();
         asi.insert(source, Value::Array(log.asi.iter().map(|s| Value::from(s.as_str())).collect()));
         b.insert("asi".into(), Value::Object(asi));
+    }
+    if !log.asi_backtraces.is_empty() {
+        b.insert("asiBacktraces".into(), log.asi_backtraces.iter().map(|t| Value::from(t.as_str())).collect());
     }
     if !log.last_exception_backtrace.is_empty() {
         let frames = log.last_exception_backtrace.iter().map(|f| frame(log, f)).collect();

@@ -148,6 +148,7 @@ fn render_ios(log: &CrashLog, out: &mut String, legacy: bool) {
     out.push('\n');
     let after = if legacy { 1 } else { 2 };
     text_block(out, "Application Specific Information:", &log.asi, after);
+    asi_backtraces(out, log, after);
     user_values(out, log, after);
     text_block(out, "Kernel Triage:", log.kernel_triage.as_slice(), 2);
     last_exception_backtrace(out, log, legacy);
@@ -184,10 +185,21 @@ fn user_values(out: &mut String, log: &CrashLog, blank_after: usize) {
     text_block(out, "User Values:", &lines, blank_after);
 }
 
+/// `Application Specific Backtrace N:` (N from 0) for each `.ips` `asiBacktraces` entry, its text as written, then
+/// `blank_after` empty lines, as Application Specific Information (macOS 12.7.6 Console translation in the corpus:
+/// two). Nothing when there are none.
+fn asi_backtraces(out: &mut String, log: &CrashLog, blank_after: usize) {
+    for (i, backtrace) in log.asi_backtraces.iter().enumerate() {
+        text_block(out, &format!("Application Specific Backtrace {i}:"), std::slice::from_ref(backtrace), blank_after);
+    }
+}
+
 /// `Last Exception Backtrace:` and its frames in the thread layout, then one empty line (Apple prints it before
-/// the threads). Nothing when there is no throw-site stack.
+/// the threads). Nothing when there is no throw-site stack, and nothing when the report has Application Specific
+/// Backtraces: Apple's macOS 12.7.6 translation of an `.ips` with both prints only those (the same stack as text).
+/// Other OS versions with both are unverified and follow the same rule.
 fn last_exception_backtrace(out: &mut String, log: &CrashLog, legacy: bool) {
-    if log.last_exception_backtrace.is_empty() {
+    if log.last_exception_backtrace.is_empty() || !log.asi_backtraces.is_empty() {
         return;
     }
     out.push_str("Last Exception Backtrace:\n");
@@ -607,11 +619,12 @@ fn macos_termination(out: &mut String, log: &CrashLog, sep: &str, width: usize) 
     out.len() != before
 }
 
-/// macOS Application Specific Information, User Values and Kernel Triage (each followed by `blank_after` empty
-/// lines: 2 in both layouts, as in Apple's macOS 15.5 and macOS 26 translations in the corpus), then `VM Region
-/// Info:`.
+/// macOS Application Specific Information, Application Specific Backtraces, User Values and Kernel Triage (each
+/// followed by `blank_after` empty lines: 2 in both layouts, as in Apple's macOS 12.7.6, 15.5 and macOS 26
+/// translations in the corpus), then `VM Region Info:`.
 fn macos_info_blocks(out: &mut String, log: &CrashLog, blank_after: usize) {
     text_block(out, "Application Specific Information:", &log.asi, blank_after);
+    asi_backtraces(out, log, blank_after);
     user_values(out, log, blank_after);
     text_block(out, "Kernel Triage:", log.kernel_triage.as_slice(), blank_after);
     if let Some(info) = &log.vm_region_info {
