@@ -209,6 +209,46 @@ pub fn atos(file: &symbols::DebugFile, load_address: u64, addresses: &[u64]) -> 
     addresses.iter().zip(file.lookup_batch(&queries)).map(|(&address, frames)| AtosResult { address, frames }).collect()
 }
 
+/// [`atos`] through `addr2line` one address at a time ([`symbols::DebugFile::lookup_batch_addr2line`]), the
+/// reference the tests compare [`atos`] with.
+#[doc(hidden)]
+pub fn atos_addr2line(file: &symbols::DebugFile, load_address: u64, addresses: &[u64]) -> Vec<AtosResult> {
+    let queries: Vec<(u64, u64)> = addresses
+        .iter()
+        .map(|&address| {
+            let svma = address.wrapping_sub(load_address).wrapping_add(file.image_base);
+            (svma, svma)
+        })
+        .collect();
+    let frames = file.lookup_batch_addr2line(&queries);
+    addresses.iter().zip(frames).map(|(&address, frames)| AtosResult { address, frames }).collect()
+}
+
+/// Results at or above this count are formatted on several threads by [`format_atos_all`].
+const PARALLEL_FORMAT_MIN: usize = 1024;
+
+/// [`format_atos`] of every result, concatenated in order. A large batch (1,024 results or more) is cut into one
+/// contiguous run per core (at most 8), each formatted on a thread of its own.
+pub fn format_atos_all(results: &[AtosResult]) -> String {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
+    if threads < 2 || results.len() < PARALLEL_FORMAT_MIN {
+        return results.iter().map(format_atos).collect();
+    }
+    let per = results.len().div_ceil(threads);
+    let format_run = |run: &[AtosResult]| -> String { run.iter().map(format_atos).collect() };
+    let mut runs = results.chunks(per);
+    let first = runs.next().unwrap_or(&[]);
+    std::thread::scope(|scope| {
+        let others: Vec<_> = runs.map(|run| scope.spawn(move || format_run(run))).collect();
+        let mut text = format_run(first);
+        for (h, run) in others.into_iter().zip(results.chunks(per).skip(1)) {
+            // A formatting thread that panicked is redone here (and panics here if it must).
+            text.push_str(&h.join().unwrap_or_else(|_| format_run(run)));
+        }
+        text
+    })
+}
+
 /// Formats one [`AtosResult`] as lines: `function + offset (file:line)` per frame, inlined frames marked
 /// `[inlined]`; the bare address when unresolved.
 pub fn format_atos(r: &AtosResult) -> String {

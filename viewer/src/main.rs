@@ -245,6 +245,9 @@ struct AtosArgs {
     /// Write to FILE instead of standard output.
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Resolve through `addr2line` one address at a time (the reference the batch path is tested against).
+    #[arg(long, hide = true)]
+    via_addr2line: bool,
 }
 
 fn parse_addr(s: &str) -> Result<u64, String> {
@@ -387,7 +390,12 @@ fn run_atos(a: AtosArgs) -> u8 {
             }
         }
     }
-    let text: String = viewer::atos(&file, a.load_address, &addresses).iter().map(viewer::format_atos).collect();
+    let results = if a.via_addr2line {
+        viewer::atos_addr2line(&file, a.load_address, &addresses)
+    } else {
+        viewer::atos(&file, a.load_address, &addresses)
+    };
+    let text = viewer::format_atos_all(&results);
     if let Err(e) = write_out(a.output.as_ref(), text.as_bytes()) {
         eprintln!("viewer atos: {e}");
         return EXIT_OUTPUT;
