@@ -62,7 +62,8 @@ fn build_c(dir: &Path, flags: &[&str]) -> PathBuf {
             calls += &format!("    t += {prefix}_{i}(argc + {i});\n");
         }
     }
-    m += &format!("int main(int argc, char **argv) {{\n    (void)argv;\n    int t = 0;\n{calls}    return t & 1;\n}}\n");
+    m +=
+        &format!("int main(int argc, char **argv) {{\n    (void)argv;\n    int t = 0;\n{calls}    return t & 1;\n}}\n");
     std::fs::write(&main, m).unwrap();
     sources.push(main);
     let out = dir.join("prog");
@@ -166,7 +167,8 @@ fn rust_test_binary_batch_matches_addr2line() {
 
 #[test]
 fn macho_dsym_batch_matches_addr2line() {
-    let dwarf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/macho-built/crashy.dSYM/Contents/Resources/DWARF/crashy");
+    let dwarf = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/macho-built/crashy.dSYM/Contents/Resources/DWARF/crashy");
     let file = load(&dwarf);
     let data = std::fs::read(&dwarf).unwrap();
     let obj = object::File::parse(&*data).unwrap();

@@ -108,65 +108,59 @@ impl RangeAttrs {
 }
 
 impl Index {
-    /// Lists the units and their ranges the way `addr2line::Context` does.
-    fn parse(dwarf: &gimli::Dwarf<Reader>) -> Result<Index> {
+    /// Lists the units and their ranges the way `addr2line::Context` does, the units read on up to `threads`
+    /// threads (in chunks taken in turn; the result does not depend on the thread count).
+    fn parse(dwarf: &gimli::Dwarf<Reader>, threads: usize) -> Result<Index> {
         let mut aranges = Vec::new();
         let mut headers = dwarf.debug_aranges.headers();
         while let Some(h) = headers.next()? {
             aranges.push((h.debug_info_offset().0, h.offset()));
         }
         aranges.sort_by_key(|a| a.0);
-
-        let mut units = Vec::new();
-        let mut ranges = Vec::new();
+        let mut headers = Vec::new();
         let mut iter = dwarf.units();
         while let Some(header) = iter.next()? {
-            let id = units.len();
-            let Some(offset) = header.offset().as_debug_info_offset() else { continue };
-            let mut need_range = match header.type_() {
-                gimli::UnitType::Type { .. } | gimli::UnitType::SplitType { .. } => continue,
-                gimli::UnitType::Partial => false,
-                _ => true,
-            };
-            let Ok(unit) = dwarf.unit(header) else { continue };
-            let uref = gimli::UnitRef::new(dwarf, &unit);
-            if need_range {
-                let mut entries = uref.entries_raw(None)?;
-                let Some(abbrev) = entries.read_abbreviation()? else { continue };
-                let mut attrs = RangeAttrs::default();
-                for spec in abbrev.attributes() {
-                    let attr = entries.read_attribute(*spec)?;
-                    attrs.read(uref, &attr)?;
-                }
-                let mut push = |r: gimli::Range| {
-                    ranges.push(UnitRange { begin: r.begin, end: r.end, min_begin: 0, unit: id });
-                };
-                if attrs.ranges_offset.is_none() {
-                    let first = aranges.partition_point(|a| a.0 < offset.0);
-                    for (_, at) in aranges[first..].iter().take_while(|a| a.0 == offset.0) {
-                        let mut entries = dwarf.debug_aranges.header(*at)?.entries();
-                        while let Some(e) = entries.next().transpose() {
-                            let Ok(e) = e else { continue };
-                            if e.length() != 0 {
-                                push(e.range());
-                                need_range = false;
-                            }
-                        }
-                    }
-                }
-                if need_range {
-                    need_range = !attrs.for_each(uref, &mut push)?;
-                }
+            headers.push(header);
+        }
+        const CHUNK: usize = 64;
+        let chunks: Vec<&[gimli::UnitHeader<Reader>]> = headers.chunks(CHUNK).collect();
+        let next = AtomicUsize::new(0);
+        let done: Mutex<Vec<(usize, Result<ParsedChunk>)>> = Mutex::new(Vec::new());
+        let run = || loop {
+            let c = next.fetch_add(1, AtomicOrdering::Relaxed);
+            let Some(chunk) = chunks.get(c) else { break };
+            let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                chunk.iter().map(|h| parse_unit(dwarf, &aranges, h.clone())).collect::<Result<ParsedChunk>>()
+            }))
+            .unwrap_or(Err(gimli::Error::InvalidAddressRange));
+            if let Ok(mut d) = done.lock() {
+                d.push((c, parsed));
             }
-            if need_range {
-                // No ranges on the unit DIE: the line program's sequences (none when it does not parse).
-                if let Ok(sweep) = sweep_lines(uref, &[]) {
-                    for s in sweep.sequences {
-                        ranges.push(UnitRange { begin: s.0, end: s.1, min_begin: 0, unit: id });
-                    }
-                }
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..threads.clamp(1, 8).min(chunks.len().max(1)) {
+                scope.spawn(run);
             }
-            units.push(IndexUnit { offset: offset.0, unit });
+            run();
+        });
+        let mut done = done.into_inner().map_err(|_| gimli::Error::InvalidAddressRange)?;
+        if done.len() != chunks.len() {
+            return Err(gimli::Error::InvalidAddressRange);
+        }
+        done.sort_by_key(|d| d.0);
+        let mut units = Vec::new();
+        let mut ranges = Vec::new();
+        for (_, chunk) in done {
+            for (unit, unit_ranges) in chunk?.into_iter().flatten() {
+                let id = units.len();
+                ranges.extend(unit_ranges.into_iter().map(|r| UnitRange {
+                    begin: r.begin,
+                    end: r.end,
+                    min_begin: 0,
+                    unit: id,
+                }));
+                units.push(unit);
+            }
         }
         ranges.sort_by_key(|r| r.end);
         let mut min = u64::MAX;
@@ -200,6 +194,61 @@ impl Index {
         let at = off.to_unit_offset(&unit.header).ok_or(gimli::Error::NoEntryAtGivenOffset)?;
         Ok((unit, at))
     }
+}
+
+/// The units of a run of unit headers, in order: `None` for a unit `addr2line` leaves out (type units, units that
+/// do not parse), else the unit and its address ranges.
+type ParsedChunk = Vec<Option<(IndexUnit, Vec<gimli::Range>)>>;
+
+/// One unit as `addr2line::Context` lists it: its ranges from `.debug_aranges` (`aranges`: `(unit offset, aranges
+/// header offset)` sorted) unless the unit DIE has `DW_AT_ranges`, else the unit DIE's ranges, else the line
+/// program's sequences.
+fn parse_unit(
+    dwarf: &gimli::Dwarf<Reader>,
+    aranges: &[(usize, gimli::DebugArangesOffset<usize>)],
+    header: gimli::UnitHeader<Reader>,
+) -> Result<Option<(IndexUnit, Vec<gimli::Range>)>> {
+    let Some(offset) = header.offset().as_debug_info_offset() else { return Ok(None) };
+    let mut need_range = match header.type_() {
+        gimli::UnitType::Type { .. } | gimli::UnitType::SplitType { .. } => return Ok(None),
+        gimli::UnitType::Partial => false,
+        _ => true,
+    };
+    let Ok(unit) = dwarf.unit(header) else { return Ok(None) };
+    let uref = gimli::UnitRef::new(dwarf, &unit);
+    let mut ranges = Vec::new();
+    if need_range {
+        let mut entries = uref.entries_raw(None)?;
+        let Some(abbrev) = entries.read_abbreviation()? else { return Ok(None) };
+        let mut attrs = RangeAttrs::default();
+        for spec in abbrev.attributes() {
+            let attr = entries.read_attribute(*spec)?;
+            attrs.read(uref, &attr)?;
+        }
+        if attrs.ranges_offset.is_none() {
+            let first = aranges.partition_point(|a| a.0 < offset.0);
+            for (_, at) in aranges[first..].iter().take_while(|a| a.0 == offset.0) {
+                let mut entries = dwarf.debug_aranges.header(*at)?.entries();
+                while let Some(e) = entries.next().transpose() {
+                    let Ok(e) = e else { continue };
+                    if e.length() != 0 {
+                        ranges.push(e.range());
+                        need_range = false;
+                    }
+                }
+            }
+        }
+        if need_range {
+            need_range = !attrs.for_each(uref, |r| ranges.push(r))?;
+        }
+    }
+    if need_range {
+        // No ranges on the unit DIE: the line program's sequences (none when it does not parse).
+        if let Ok(sweep) = sweep_lines(uref, &[]) {
+            ranges.extend(sweep.sequences.into_iter().map(|(begin, end)| gimli::Range { begin, end }));
+        }
+    }
+    Ok(Some((IndexUnit { offset: offset.0, unit }, ranges)))
 }
 
 /// What one run of a unit's line program gives.
@@ -662,7 +711,7 @@ pub(super) fn lookup(
     queries: &[(u64, u64)],
     threads: usize,
 ) -> Option<Vec<Option<Vec<SymbolInfo>>>> {
-    let index = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Index::parse(dwarf))).ok()?.ok()?;
+    let index = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Index::parse(dwarf, threads))).ok()?.ok()?;
     let mut out: Vec<Option<Vec<SymbolInfo>>> = vec![None; queries.len()];
     // (first unit, probe, query index), sorted: each unit's probes in a row, in address order.
     let mut order: Vec<(usize, u64, usize)> = Vec::with_capacity(queries.len());
