@@ -367,21 +367,33 @@ impl DebugFile {
         if queries.len() < UNIT_BATCH_MIN {
             return queries.iter().map(|&(a, p)| self.lookup(a, p)).collect();
         }
-        self.lookup_batch_units(queries, cores())
+        self.lookup_batch_units(queries, cores()).0
     }
 
     /// The unit-by-unit path of [`DebugFile::lookup_batch`] whatever the batch size, on up to `threads` threads
-    /// (tests compare it with [`DebugFile::lookup_batch_addr2line`]).
+    /// (tests compare it with [`DebugFile::lookup_batch_addr2line`]). Also returns how many queries it left to
+    /// [`DebugFile::lookup`].
     #[doc(hidden)]
-    pub fn lookup_batch_units(&self, queries: &[(u64, u64)], threads: usize) -> Vec<Vec<SymbolInfo>> {
+    pub fn lookup_batch_units(&self, queries: &[(u64, u64)], threads: usize) -> (Vec<Vec<SymbolInfo>>, usize) {
         let dwarf = match self.dwarf_broken.get() {
             false => gimli_dwarf(&self.sections),
             true => None,
         };
         let Some(found) = dwarf.and_then(|d| batch::lookup(&d, &self.symbols, queries, threads)) else {
-            return self.lookup_batch_addr2line(queries);
+            return (self.lookup_batch_addr2line(queries), queries.len());
         };
-        found.into_iter().zip(queries).map(|(frames, &(a, p))| frames.unwrap_or_else(|| self.lookup(a, p))).collect()
+        let mut left = 0;
+        let frames = found
+            .into_iter()
+            .zip(queries)
+            .map(|(frames, &(a, p))| {
+                frames.unwrap_or_else(|| {
+                    left += 1;
+                    self.lookup(a, p)
+                })
+            })
+            .collect();
+        (frames, left)
     }
 
     /// The batch as `addr2line` resolves it, one address at a time (what [`DebugFile::lookup_batch`] did before

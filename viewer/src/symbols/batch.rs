@@ -361,10 +361,19 @@ fn push_path(path: &mut String, part: &str) {
     path.push_str(part);
 }
 
+/// The name of a DIE: read, or still to be read from the one DIE its only name attribute
+/// (`DW_AT_abstract_origin` or `DW_AT_specification`) refers to. Most inlined subroutines are never on the chain
+/// of a probe, so their names are read only when they are (a reference that does not resolve is therefore only
+/// noticed then; `addr2line` notices it when it reads the function, and answers nothing for any address in it).
+enum Name {
+    Known(Option<Reader>),
+    Origin(gimli::AttributeValue<Reader>),
+}
+
 /// A `DW_TAG_inlined_subroutine`: name and call site.
 struct Inlined {
     offset: gimli::UnitOffset,
-    name: Option<Reader>,
+    name: Name,
     call_file: Option<u64>,
     call_line: u32,
 }
@@ -472,7 +481,9 @@ impl UnitReader<'_> {
                 }
                 gimli::DW_TAG_inlined_subroutine => {
                     let mut attrs = RangeAttrs::default();
-                    let mut inl = Inlined { offset, name: None, call_file: None, call_line: 0 };
+                    let mut inl = Inlined { offset, name: Name::Known(None), call_file: None, call_line: 0 };
+                    // Name attributes in order; a lone origin/specification is kept for later.
+                    let (mut name, mut origin, mut names) = (None, None, 0);
                     for spec in abbrev.attributes() {
                         let attr = entries.read_attribute(*spec)?;
                         if attrs.read(self.unit, &attr)? {
@@ -488,9 +499,28 @@ impl UnitReader<'_> {
                                 }
                             }
                             gimli::DW_AT_call_line => inl.call_line = attr.udata_value().unwrap_or(0) as u32,
-                            _ => self.read_name(&attr, &mut inl.name)?,
+                            gimli::DW_AT_abstract_origin | gimli::DW_AT_specification if names == 0 => {
+                                names += 1;
+                                origin = Some(attr);
+                            }
+                            gimli::DW_AT_linkage_name
+                            | gimli::DW_AT_MIPS_linkage_name
+                            | gimli::DW_AT_name
+                            | gimli::DW_AT_abstract_origin
+                            | gimli::DW_AT_specification => {
+                                names += 1;
+                                if let Some(o) = origin.take() {
+                                    self.read_name(&o, &mut name)?;
+                                }
+                                self.read_name(&attr, &mut name)?;
+                            }
+                            _ => {}
                         }
                     }
+                    inl.name = match origin {
+                        Some(o) => Name::Origin(o.value()),
+                        None => Name::Known(name),
+                    };
                     let n = f.inlined.len();
                     f.inlined.push(inl);
                     attrs.for_each(self.unit, |r| f.inlined_ranges.push((r, inline_depth, n)))?;
@@ -593,6 +623,8 @@ fn resolve_unit(
         Ok(f)
     };
     let mut functions: HashMap<usize, Option<Function>> = HashMap::new();
+    // Names read through origins: (the reference is a `.debug_info` offset, offset) to name.
+    let mut origins: HashMap<(bool, usize), Option<Reader>> = HashMap::new();
     for (k, &(qi, probe)) in queries.iter().enumerate() {
         let seq = sorted
             .binary_search_by(|s| {
@@ -652,15 +684,44 @@ fn resolve_unit(
         let start = |off: gimli::UnitOffset| die_start(&reader.unit, probe, off).map(|s| address.wrapping_sub(s));
         let mut frames = Vec::new();
         let mut loc = location;
+        let mut failed = false;
         for inl in inlined_chain(f, probe).into_iter().rev() {
             let here = loc.take().unwrap_or(Location { file: None, line: None });
-            let name = inl.name.as_ref().map(|n| n.to_string_lossy()).transpose()?;
+            let name = match &inl.name {
+                Name::Known(n) => n.clone(),
+                Name::Origin(value) => {
+                    let key = match value {
+                        gimli::AttributeValue::UnitRef(o) => Some((false, o.0)),
+                        gimli::AttributeValue::DebugInfoRef(o) => Some((true, o.0)),
+                        _ => None,
+                    };
+                    match key.and_then(|k| origins.get(&k)) {
+                        Some(n) => n.clone(),
+                        None => {
+                            let Ok(n) = name_from(index, dwarf, reader.unit, value.clone(), 16) else {
+                                failed = true;
+                                break;
+                            };
+                            if let Some(k) = key {
+                                origins.insert(k, n.clone());
+                            }
+                            n
+                        }
+                    }
+                }
+            };
+            let name = name.as_ref().map(|n| n.to_string_lossy()).transpose()?;
             frames.push(frame(name.as_deref(), start(inl.offset), here));
             let file = match inl.call_file {
                 Some(cf) => file_name(cf)?,
                 None => None,
             };
             loc = Some(Location { file, line: (inl.call_line != 0).then_some(inl.call_line) });
+        }
+        if failed {
+            // A name reference that does not resolve: addr2line answers nothing for the function.
+            out.push((qi, None));
+            continue;
         }
         let name = f.name.as_ref().map(|n| n.to_string_lossy()).transpose()?;
         frames.push(frame(name.as_deref(), start(f.offset), loc.unwrap_or(Location { file: None, line: None })));
