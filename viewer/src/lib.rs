@@ -230,12 +230,17 @@ const PARALLEL_FORMAT_MIN: usize = 1024;
 /// [`format_atos`] of every result, concatenated in order. A large batch (1,024 results or more) is cut into one
 /// contiguous run per core (at most 8), each formatted on a thread of its own.
 pub fn format_atos_all(results: &[AtosResult]) -> String {
+    // About 100 bytes per frame.
+    let format_run = |run: &[AtosResult]| -> String {
+        let mut out = String::with_capacity(run.iter().map(|r| r.frames.len().max(1) * 100).sum());
+        run.iter().for_each(|r| push_atos(&mut out, r));
+        out
+    };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
     if threads < 2 || results.len() < PARALLEL_FORMAT_MIN {
-        return results.iter().map(format_atos).collect();
+        return format_run(results);
     }
     let per = results.len().div_ceil(threads);
-    let format_run = |run: &[AtosResult]| -> String { run.iter().map(format_atos).collect() };
     let mut runs = results.chunks(per);
     let first = runs.next().unwrap_or(&[]);
     std::thread::scope(|scope| {
@@ -252,20 +257,20 @@ pub fn format_atos_all(results: &[AtosResult]) -> String {
 /// Formats one [`AtosResult`] as lines: `function + offset (file:line)` per frame, inlined frames marked
 /// `[inlined]`; the bare address when unresolved.
 pub fn format_atos(r: &AtosResult) -> String {
+    let mut out = String::new();
+    push_atos(&mut out, r);
+    out
+}
+
+/// Appends [`format_atos`] of `r` to `out`.
+fn push_atos(out: &mut String, r: &AtosResult) {
     if r.frames.is_empty() {
-        return format!("{:#x}\n", r.address);
+        out.push_str(&format!("{:#x}\n", r.address));
+        return;
     }
     let n = r.frames.len();
-    let mut out = String::new();
     for (i, f) in r.frames.iter().enumerate() {
-        let frame = crashlog::FrameLog {
-            address: r.address,
-            symbol: Some(f.clone()),
-            inlined: i + 1 < n,
-            ..Default::default()
-        };
-        out.push_str(&render::symbol_part(&frame, None));
+        render::push_symbol_text(out, f, i + 1 < n);
         out.push('\n');
     }
-    out
 }
