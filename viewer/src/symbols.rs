@@ -376,7 +376,11 @@ impl DebugFile {
     #[doc(hidden)]
     pub fn lookup_batch_units(&self, queries: &[(u64, u64)], threads: usize) -> (Vec<Vec<SymbolInfo>>, usize) {
         let dwarf = match self.dwarf_broken.get() {
-            false => gimli_dwarf(&self.sections),
+            false => gimli_dwarf(&self.sections).map(|mut d| {
+                // Units share abbreviation tables (Rust's codegen units do, a few each): parse each table once.
+                d.populate_abbreviations_cache(gimli::AbbreviationsCacheStrategy::Duplicates);
+                d
+            }),
             true => None,
         };
         let Some(found) = dwarf.and_then(|d| batch::lookup(&d, &self.symbols, queries, threads)) else {
