@@ -251,13 +251,19 @@ fn parse_unit(
     Ok(Some((IndexUnit { offset: offset.0, unit }, ranges)))
 }
 
+/// A probe inside a sequence: `(probe position, sequence number, row)`, the row `(file index, line)`.
+type Hit = (usize, usize, Option<(u64, u32)>);
+
+/// The subprograms of a unit: their DIE offsets, and their ranges `(range, index into the offsets)`.
+type Functions = (Vec<gimli::UnitOffset>, Vec<(gimli::Range, usize)>);
+
 /// What one run of a unit's line program gives.
 struct Sweep {
     /// `(start, end)` of each sequence with rows, in program order.
     sequences: Vec<(u64, u64)>,
     /// `(probe position, sequence number, row found)` for every probe inside a sequence; the row is
     /// `(file index, line)`, `None` when the probe precedes the sequence's first row.
-    hits: Vec<(usize, usize, Option<(u64, u32)>)>,
+    hits: Vec<Hit>,
     /// The line program after the run (DWARF 4 programs can define files as they go).
     rows: Option<gimli::LineRows<Reader, gimli::IncompleteLineProgram<Reader>, usize>>,
 }
@@ -397,7 +403,7 @@ struct UnitReader<'a> {
 impl UnitReader<'_> {
     /// Every `DW_TAG_subprogram` with an address range: `(DIE offsets, (range, index into the offsets))`, the
     /// ranges sorted by start.
-    fn functions(&self) -> Result<(Vec<gimli::UnitOffset>, Vec<(gimli::Range, usize)>)> {
+    fn functions(&self) -> Result<Functions> {
         let (mut offsets, mut ranges) = (Vec::new(), Vec::new());
         let mut entries = self.unit.entries_raw(None)?;
         while !entries.is_empty() {
