@@ -592,13 +592,14 @@ struct Location {
 }
 
 /// Resolves the probes of one unit (`queries`: `(query index, probe)` sorted by probe); pushes `(query index,
-/// DWARF frames)` for each, `None` for those left to `addr2line`.
+/// DWARF frames)` for each, `None` for those left to `addr2line`. `names`: the thread's demangled names.
 fn resolve_unit(
     index: &Index,
     dwarf: &gimli::Dwarf<Reader>,
     unit_id: usize,
     queries: &[(usize, u64)],
     addresses: &[(u64, u64)],
+    names: &mut NameCache,
     out: &mut Vec<(usize, Option<Vec<SymbolInfo>>)>,
 ) -> Result<()> {
     let unit = &index.units[unit_id].unit;
@@ -674,7 +675,7 @@ fn resolve_unit(
             match location {
                 // addr2line would try the next unit that covers the probe.
                 None => out.push((qi, None)),
-                Some(l) => out.push((qi, Some(vec![frame(None, None, l)]))),
+                Some(l) => out.push((qi, Some(vec![frame(String::new(), None, l)]))),
             }
             continue;
         };
@@ -716,8 +717,7 @@ fn resolve_unit(
                     }
                 }
             };
-            let name = name.as_ref().map(|n| n.to_string_lossy()).transpose()?;
-            frames.push(frame(name.as_deref(), start(inl.offset), here));
+            frames.push(frame(demangled(names, name.as_ref())?, start(inl.offset), here));
             let file = match inl.call_file {
                 Some(cf) => file_name(cf)?,
                 None => None,
@@ -729,8 +729,8 @@ fn resolve_unit(
             out.push((qi, None));
             continue;
         }
-        let name = f.name.as_ref().map(|n| n.to_string_lossy()).transpose()?;
-        frames.push(frame(name.as_deref(), start(f.offset), loc.unwrap_or(Location { file: None, line: None })));
+        let name = demangled(names, f.name.as_ref())?;
+        frames.push(frame(name, start(f.offset), loc.unwrap_or(Location { file: None, line: None })));
         out.push((qi, Some(frames)));
     }
     Ok(())
@@ -757,16 +757,26 @@ fn inlined_chain(f: &Function, probe: u64) -> Vec<&Inlined> {
     }
 }
 
-/// One DWARF frame as [`super::dwarf_frames`] makes it from an `addr2line` frame.
-fn frame(name: Option<&str>, offset: Option<u64>, location: Location) -> SymbolInfo {
-    let line = location.file.as_ref().map(|_| u64::from(location.line.unwrap_or(0)));
-    SymbolInfo {
-        name: name.map(demangle::demangle).unwrap_or_default(),
-        offset,
-        file: location.file,
-        line,
-        file_verbatim: false,
+/// Demangled names already made by one thread, by where the raw name lies in the file (the linker merges equal
+/// strings of `.debug_str`, so a name is mostly at one place).
+type NameCache = HashMap<(usize, usize), String>;
+
+/// The demangled form of a raw DWARF name (empty without one), through `names`.
+fn demangled(names: &mut NameCache, raw: Option<&Reader>) -> Result<String> {
+    let Some(raw) = raw else { return Ok(String::new()) };
+    let key = (raw.bytes().as_ptr() as usize, raw.len());
+    if let Some(n) = names.get(&key) {
+        return Ok(n.clone());
     }
+    let n = demangle::demangle(&raw.to_string_lossy()?);
+    names.insert(key, n.clone());
+    Ok(n)
+}
+
+/// One DWARF frame as [`super::dwarf_frames`] makes it from an `addr2line` frame (`name` demangled).
+fn frame(name: String, offset: Option<u64>, location: Location) -> SymbolInfo {
+    let line = location.file.as_ref().map(|_| u64::from(location.line.unwrap_or(0)));
+    SymbolInfo { name, offset, file: location.file, line, file_verbatim: false }
 }
 
 /// Resolves `queries` (`(address, probe)`, any order) on up to `threads` threads. Returns one entry per query, in
@@ -804,12 +814,13 @@ pub(super) fn lookup(
     let results = Mutex::new(Vec::new());
     let run = || {
         let mut mine = Vec::new();
+        let mut names = NameCache::new();
         loop {
             let w = next.fetch_add(1, AtomicOrdering::Relaxed);
             let Some((u, list)) = work.get(w) else { break };
             let mut got = Vec::with_capacity(list.len());
             let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                resolve_unit(&index, dwarf, *u, list, queries, &mut got)
+                resolve_unit(&index, dwarf, *u, list, queries, &mut names, &mut got)
             }));
             match ok {
                 Ok(Ok(())) => mine.extend(got.into_iter().map(|(i, frames)| {
