@@ -182,6 +182,26 @@ fn macho_dsym_batch_matches_addr2line() {
     assert!(with_file * 10 > addresses.len() * 9, "only {with_file} of {} had a source file", addresses.len());
 }
 
+/// The batch path's own decoder of line programs (for the units whose ranges only the line program gives) finds
+/// the same sequences as `gimli` in every unit of every binary here, and of the file named by
+/// `ATOS_BATCH_CHECK_FILE` when set (a release build, say).
+#[test]
+fn line_program_decoder_matches_gimli() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = vec![
+        build_c(&dir.path().join("v5"), &["-gdwarf-5"]),
+        build_c(&dir.path().join("v4"), &["-gdwarf-4"]),
+        std::env::current_exe().unwrap(),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/macho-built/crashy.dSYM/Contents/Resources/DWARF/crashy"),
+    ];
+    files.extend(std::env::var_os("ATOS_BATCH_CHECK_FILE").map(PathBuf::from));
+    for f in files {
+        let compared = load(&f).check_line_sequences().unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        assert!(compared >= 1, "{}: no unit compared", f.display());
+    }
+}
+
 /// `viewer atos` with the addresses on standard input; returns standard output.
 fn run_atos(prog: &Path, addresses: &[u64], extra: &[&str]) -> Vec<u8> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_viewer"))

@@ -244,8 +244,8 @@ fn parse_unit(
     }
     if need_range {
         // No ranges on the unit DIE: the line program's sequences (none when it does not parse).
-        if let Ok(sweep) = sweep_lines(uref, &[]) {
-            ranges.extend(sweep.sequences.into_iter().map(|(begin, end)| gimli::Range { begin, end }));
+        if let Ok(sequences) = line_sequences(uref) {
+            ranges.extend(sequences.into_iter().map(|(begin, end)| gimli::Range { begin, end }));
         }
     }
     Ok(Some((IndexUnit { offset: offset.0, unit }, ranges)))
@@ -256,6 +256,173 @@ type Hit = (usize, usize, Option<(u64, u32)>);
 
 /// The subprograms of a unit: their DIE offsets, and their ranges `(range, index into the offsets)`.
 type Functions = (Vec<gimli::UnitOffset>, Vec<(gimli::Range, usize)>);
+
+/// The `(start, end)` of every sequence with rows of a unit's line program, as [`sweep_lines`] gives them:
+/// through [`sequences_fast`] when it can decode the program, else through [`sweep_lines`].
+fn line_sequences(unit: gimli::UnitRef<'_, Reader>) -> Result<Vec<(u64, u64)>> {
+    let Some(program) = &unit.line_program else { return Ok(Vec::new()) };
+    match sequences_fast(program.header()) {
+        Some(sequences) => {
+            let sequences = sequences?;
+            check_files(unit, program.header())?;
+            Ok(sequences)
+        }
+        None => Ok(sweep_lines(unit, &[])?.sequences),
+    }
+}
+
+/// The sequences of a line program, tracking only the address: what `gimli`'s `LineRows` would give for their
+/// bounds (same rows, same tombstones, same errors), without building rows. `None` for what it does not handle
+/// (VLIW operation indexes, addresses other than 4 or 8 bytes, `DW_LNE_define_file`), left to `gimli`.
+fn sequences_fast(header: &gimli::LineProgramHeader<Reader>) -> Option<Result<Vec<(u64, u64)>>> {
+    let encoding = header.line_encoding();
+    let size = header.address_size();
+    if encoding.maximum_operations_per_instruction != 1 || !(size == 4 || size == 8) || encoding.line_range == 0 {
+        return None;
+    }
+    let mask = u64::MAX >> (64 - u32::from(size) * 8);
+    let min_tombstone = mask - 1;
+    let min_len = u64::from(encoding.minimum_instruction_length);
+    let base = header.opcode_base();
+    let advance = |address: u64, by: u64| -> Result<u64> {
+        let a = address.checked_add(by).ok_or(gimli::Error::AddressOverflow)?;
+        if a & !mask != 0 {
+            return Err(gimli::Error::AddressOverflow);
+        }
+        Ok(a)
+    };
+    let mut input = header.raw_program_buf();
+    let mut out = Vec::new();
+    let (mut address, mut tombstone) = (0u64, false);
+    // The first row of the sequence being read (rows of tombstoned code are skipped, an end of sequence too).
+    let mut first: Option<u64> = None;
+    let mut run = || -> Result<Option<()>> {
+        while !input.is_empty() {
+            let opcode = input.read_u8()?;
+            // Whether the instruction makes a row, and whether that row ends the sequence.
+            let mut row = None;
+            if opcode == 0 {
+                let length = input.read_uleb128().and_then(<usize as gimli::ReaderOffset>::from_u64)?;
+                let mut rest = input.split(length)?;
+                match gimli::DwLne(rest.read_u8()?) {
+                    gimli::DW_LNE_end_sequence => row = Some(true),
+                    gimli::DW_LNE_set_address => {
+                        let a = rest.read_address(size)?;
+                        tombstone = a < address || a >= min_tombstone;
+                        if !tombstone {
+                            address = a;
+                        }
+                    }
+                    gimli::DW_LNE_define_file => return Ok(None),
+                    gimli::DW_LNE_set_discriminator => {
+                        rest.read_uleb128()?;
+                    }
+                    _ => {}
+                }
+            } else if opcode >= base {
+                if !tombstone {
+                    let ops = u64::from((opcode - base) / encoding.line_range);
+                    address = advance(address, min_len.wrapping_mul(ops))?;
+                }
+                row = Some(false);
+            } else {
+                match gimli::DwLns(opcode) {
+                    gimli::DW_LNS_copy => row = Some(false),
+                    gimli::DW_LNS_advance_pc => {
+                        let ops = input.read_uleb128()?;
+                        if !tombstone {
+                            address = advance(address, min_len.wrapping_mul(ops))?;
+                        }
+                    }
+                    gimli::DW_LNS_advance_line => {
+                        input.read_sleb128()?;
+                    }
+                    gimli::DW_LNS_set_file | gimli::DW_LNS_set_column | gimli::DW_LNS_set_isa => {
+                        input.read_uleb128()?;
+                    }
+                    gimli::DW_LNS_negate_stmt
+                    | gimli::DW_LNS_set_basic_block
+                    | gimli::DW_LNS_set_prologue_end
+                    | gimli::DW_LNS_set_epilogue_begin => {}
+                    gimli::DW_LNS_const_add_pc => {
+                        if !tombstone {
+                            let ops = u64::from((255 - base) / encoding.line_range);
+                            address = advance(address, min_len.wrapping_mul(ops))?;
+                        }
+                    }
+                    gimli::DW_LNS_fixed_advance_pc => {
+                        let by = input.read_u16()?;
+                        if !tombstone {
+                            address = advance(address, u64::from(by))?;
+                        }
+                    }
+                    _ => {
+                        let mut lengths = header.standard_opcode_lengths().clone();
+                        lengths.skip(usize::from(opcode - 1))?;
+                        for _ in 0..lengths.read_u8()? {
+                            input.read_uleb128()?;
+                        }
+                    }
+                }
+            }
+            match row {
+                Some(true) => {
+                    if !tombstone {
+                        if let Some(start) = first.take() {
+                            out.push((start, address));
+                        }
+                    }
+                    (address, tombstone) = (0, false);
+                }
+                Some(false) if !tombstone => {
+                    first.get_or_insert(address);
+                }
+                _ => {}
+            }
+        }
+        Ok(Some(()))
+    };
+    match run() {
+        Ok(Some(())) => Some(Ok(out)),
+        Ok(None) => None,
+        Err(e) => Some(Err(e)),
+    }
+}
+
+/// Checks that every file name of a line program renders, as `addr2line` renders them all (a failure makes its
+/// whole line table fail).
+fn check_files(unit: gimli::UnitRef<'_, Reader>, header: &gimli::LineProgramHeader<Reader>) -> Result<()> {
+    let mut index = 1;
+    while let Some(file) = header.file(index) {
+        check_file(unit, file, header)?;
+        index += 1;
+    }
+    if let Some(file) = header.file(0) {
+        check_file(unit, file, header)?;
+    }
+    Ok(())
+}
+
+/// Compares [`sequences_fast`] with [`sweep_lines`] on every unit whose line program it decodes; returns how
+/// many it compared, or the first unit where they differ.
+pub(super) fn check_sequences_fast(dwarf: &gimli::Dwarf<Reader>) -> std::result::Result<usize, String> {
+    let mut units = dwarf.units();
+    let mut compared = 0;
+    while let Ok(Some(header)) = units.next() {
+        let Ok(unit) = dwarf.unit(header) else { continue };
+        let uref = gimli::UnitRef::new(dwarf, &unit);
+        let Some(program) = &unit.line_program else { continue };
+        let Some(fast) = sequences_fast(program.header()) else { continue };
+        let slow = sweep_lines(uref, &[]).map(|s| s.sequences);
+        match (fast, slow) {
+            (Ok(a), Ok(b)) if a == b => {}
+            (Err(_), Err(_)) => {}
+            (a, b) => return Err(format!("unit at {:?}: fast {a:?}, gimli {b:?}", unit.header.offset())),
+        }
+        compared += 1;
+    }
+    Ok(compared)
+}
 
 /// What one run of a unit's line program gives.
 struct Sweep {
@@ -303,15 +470,7 @@ fn sweep_lines(unit: gimli::UnitRef<'_, Reader>, probes: &[u64]) -> Result<Sweep
         }
     }
     // Every file name must render, as addr2line renders them all (a failure makes its whole table fail).
-    let header = rows.header();
-    let mut index = 1;
-    while let Some(file) = header.file(index) {
-        check_file(unit, file, header)?;
-        index += 1;
-    }
-    if let Some(file) = header.file(0) {
-        check_file(unit, file, header)?;
-    }
+    check_files(unit, rows.header())?;
     out.rows = Some(rows);
     Ok(out)
 }
