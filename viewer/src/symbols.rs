@@ -400,12 +400,12 @@ impl DebugFile {
         (frames, left)
     }
 
-    /// Checks the batch path's fast line-program decoder against `gimli`'s on every unit of this file: the number
-    /// of units compared, or the first difference (tests).
+    /// Checks the batch path's line-program decoder against `gimli`'s on every unit of this file: the number of
+    /// units compared, or the first difference (tests).
     #[doc(hidden)]
     pub fn check_line_sequences(&self) -> Result<usize, String> {
         let dwarf = gimli_dwarf(&self.sections).ok_or("no DWARF")?;
-        batch::check_sequences_fast(&dwarf)
+        batch::check_run_fast(&dwarf)
     }
 
     /// The batch as `addr2line` resolves it, one address at a time (what [`DebugFile::lookup_batch`] did before

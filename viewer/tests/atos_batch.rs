@@ -182,9 +182,9 @@ fn macho_dsym_batch_matches_addr2line() {
     assert!(with_file * 10 > addresses.len() * 9, "only {with_file} of {} had a source file", addresses.len());
 }
 
-/// The batch path's own decoder of line programs (for the units whose ranges only the line program gives) finds
-/// the same sequences as `gimli` in every unit of every binary here, and of the file named by
-/// `ATOS_BATCH_CHECK_FILE` when set (a release build, say).
+/// The batch path's own line-program decoder gives the same rows (address, file, line, end of sequence) as
+/// `gimli`'s in every unit of every binary here, and of the file named by `ATOS_BATCH_CHECK_FILE` when set (a
+/// release build, say).
 #[test]
 fn line_program_decoder_matches_gimli() {
     let dir = tempfile::tempdir().unwrap();

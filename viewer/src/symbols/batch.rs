@@ -257,28 +257,23 @@ type Hit = (usize, usize, Option<(u64, u32)>);
 /// The subprograms of a unit: their DIE offsets, and their ranges `(range, index into the offsets)`.
 type Functions = (Vec<gimli::UnitOffset>, Vec<(gimli::Range, usize)>);
 
-/// The `(start, end)` of every sequence with rows of a unit's line program, as [`sweep_lines`] gives them:
-/// through [`sequences_fast`] when it can decode the program, else through [`sweep_lines`].
+/// The `(start, end)` of every sequence with rows of a unit's line program, as [`sweep_lines`] gives them.
 fn line_sequences(unit: gimli::UnitRef<'_, Reader>) -> Result<Vec<(u64, u64)>> {
-    let Some(program) = &unit.line_program else { return Ok(Vec::new()) };
-    match sequences_fast(program.header()) {
-        Some(sequences) => {
-            let sequences = sequences?;
-            check_files(unit, program.header())?;
-            Ok(sequences)
-        }
-        None => Ok(sweep_lines(unit, &[])?.sequences),
-    }
+    Ok(sweep_lines(unit, &[])?.sequences)
 }
 
-/// The sequences of a line program, tracking only the address: what `gimli`'s `LineRows` would give for their
-/// bounds (same rows, same tombstones, same errors), without building rows. `None` for what it does not handle
-/// (VLIW operation indexes, addresses other than 4 or 8 bytes, `DW_LNE_define_file`), left to `gimli`.
-fn sequences_fast(header: &gimli::LineProgramHeader<Reader>) -> Option<Result<Vec<(u64, u64)>>> {
+/// One row of a line program: address, file index, line register, and whether it ends its sequence.
+type Row = (u64, u64, u64, bool);
+
+/// Runs a line program the way `gimli`'s `LineRows` does (same rows, same tombstones, same errors) but keeping
+/// only what rows need here (address, file, line), calling `row` for each. `Ok(None)` for what it does not
+/// handle (VLIW operation indexes, addresses other than 4 or 8 bytes, `DW_LNE_define_file`), left to `gimli`;
+/// rows already given must then be dropped.
+fn run_fast(header: &gimli::LineProgramHeader<Reader>, mut row: impl FnMut(Row)) -> Result<Option<()>> {
     let encoding = header.line_encoding();
     let size = header.address_size();
     if encoding.maximum_operations_per_instruction != 1 || !(size == 4 || size == 8) || encoding.line_range == 0 {
-        return None;
+        return Ok(None);
     }
     let mask = u64::MAX >> (64 - u32::from(size) * 8);
     let min_tombstone = mask - 1;
@@ -291,102 +286,98 @@ fn sequences_fast(header: &gimli::LineProgramHeader<Reader>) -> Option<Result<Ve
         }
         Ok(a)
     };
+    let advance_line = |line: u64, by: i64| -> u64 {
+        if by < 0 {
+            line.saturating_sub(by.unsigned_abs())
+        } else {
+            line.wrapping_add(by as u64)
+        }
+    };
     let mut input = header.raw_program_buf();
-    let mut out = Vec::new();
-    let (mut address, mut tombstone) = (0u64, false);
-    // The first row of the sequence being read (rows of tombstoned code are skipped, an end of sequence too).
-    let mut first: Option<u64> = None;
-    let mut run = || -> Result<Option<()>> {
-        while !input.is_empty() {
-            let opcode = input.read_u8()?;
-            // Whether the instruction makes a row, and whether that row ends the sequence.
-            let mut row = None;
-            if opcode == 0 {
-                let length = input.read_uleb128().and_then(<usize as gimli::ReaderOffset>::from_u64)?;
-                let mut rest = input.split(length)?;
-                match gimli::DwLne(rest.read_u8()?) {
-                    gimli::DW_LNE_end_sequence => row = Some(true),
-                    gimli::DW_LNE_set_address => {
-                        let a = rest.read_address(size)?;
-                        tombstone = a < address || a >= min_tombstone;
-                        if !tombstone {
-                            address = a;
-                        }
-                    }
-                    gimli::DW_LNE_define_file => return Ok(None),
-                    gimli::DW_LNE_set_discriminator => {
-                        rest.read_uleb128()?;
-                    }
-                    _ => {}
-                }
-            } else if opcode >= base {
-                if !tombstone {
-                    let ops = u64::from((opcode - base) / encoding.line_range);
-                    address = advance(address, min_len.wrapping_mul(ops))?;
-                }
-                row = Some(false);
-            } else {
-                match gimli::DwLns(opcode) {
-                    gimli::DW_LNS_copy => row = Some(false),
-                    gimli::DW_LNS_advance_pc => {
-                        let ops = input.read_uleb128()?;
-                        if !tombstone {
-                            address = advance(address, min_len.wrapping_mul(ops))?;
-                        }
-                    }
-                    gimli::DW_LNS_advance_line => {
-                        input.read_sleb128()?;
-                    }
-                    gimli::DW_LNS_set_file | gimli::DW_LNS_set_column | gimli::DW_LNS_set_isa => {
-                        input.read_uleb128()?;
-                    }
-                    gimli::DW_LNS_negate_stmt
-                    | gimli::DW_LNS_set_basic_block
-                    | gimli::DW_LNS_set_prologue_end
-                    | gimli::DW_LNS_set_epilogue_begin => {}
-                    gimli::DW_LNS_const_add_pc => {
-                        if !tombstone {
-                            let ops = u64::from((255 - base) / encoding.line_range);
-                            address = advance(address, min_len.wrapping_mul(ops))?;
-                        }
-                    }
-                    gimli::DW_LNS_fixed_advance_pc => {
-                        let by = input.read_u16()?;
-                        if !tombstone {
-                            address = advance(address, u64::from(by))?;
-                        }
-                    }
-                    _ => {
-                        let mut lengths = header.standard_opcode_lengths().clone();
-                        lengths.skip(usize::from(opcode - 1))?;
-                        for _ in 0..lengths.read_u8()? {
-                            input.read_uleb128()?;
-                        }
-                    }
-                }
-            }
-            match row {
-                Some(true) => {
+    // The registers this needs (DWARF 5 section 6.2.2), as at the start of a sequence.
+    let (mut address, mut file, mut line, mut tombstone) = (0u64, 1u64, 1u64, false);
+    while !input.is_empty() {
+        let opcode = input.read_u8()?;
+        // Whether the instruction makes a row, and whether that row ends the sequence.
+        let mut emit = None;
+        if opcode == 0 {
+            let length = input.read_uleb128().and_then(<usize as gimli::ReaderOffset>::from_u64)?;
+            let mut rest = input.split(length)?;
+            match gimli::DwLne(rest.read_u8()?) {
+                gimli::DW_LNE_end_sequence => emit = Some(true),
+                gimli::DW_LNE_set_address => {
+                    let a = rest.read_address(size)?;
+                    tombstone = a < address || a >= min_tombstone;
                     if !tombstone {
-                        if let Some(start) = first.take() {
-                            out.push((start, address));
-                        }
+                        address = a;
                     }
-                    (address, tombstone) = (0, false);
                 }
-                Some(false) if !tombstone => {
-                    first.get_or_insert(address);
+                gimli::DW_LNE_define_file => return Ok(None),
+                gimli::DW_LNE_set_discriminator => {
+                    rest.read_uleb128()?;
                 }
                 _ => {}
             }
+        } else if opcode >= base {
+            let adjusted = opcode - base;
+            line = advance_line(line, i64::from(encoding.line_base) + i64::from(adjusted % encoding.line_range));
+            if !tombstone {
+                address = advance(address, min_len.wrapping_mul(u64::from(adjusted / encoding.line_range)))?;
+            }
+            emit = Some(false);
+        } else {
+            match gimli::DwLns(opcode) {
+                gimli::DW_LNS_copy => emit = Some(false),
+                gimli::DW_LNS_advance_pc => {
+                    let ops = input.read_uleb128()?;
+                    if !tombstone {
+                        address = advance(address, min_len.wrapping_mul(ops))?;
+                    }
+                }
+                gimli::DW_LNS_advance_line => line = advance_line(line, input.read_sleb128()?),
+                gimli::DW_LNS_set_file => file = input.read_uleb128()?,
+                gimli::DW_LNS_set_column | gimli::DW_LNS_set_isa => {
+                    input.read_uleb128()?;
+                }
+                gimli::DW_LNS_negate_stmt
+                | gimli::DW_LNS_set_basic_block
+                | gimli::DW_LNS_set_prologue_end
+                | gimli::DW_LNS_set_epilogue_begin => {}
+                gimli::DW_LNS_const_add_pc => {
+                    if !tombstone {
+                        let ops = u64::from((255 - base) / encoding.line_range);
+                        address = advance(address, min_len.wrapping_mul(ops))?;
+                    }
+                }
+                gimli::DW_LNS_fixed_advance_pc => {
+                    let by = input.read_u16()?;
+                    if !tombstone {
+                        address = advance(address, u64::from(by))?;
+                    }
+                }
+                _ => {
+                    let mut lengths = header.standard_opcode_lengths().clone();
+                    lengths.skip(usize::from(opcode - 1))?;
+                    for _ in 0..lengths.read_u8()? {
+                        input.read_uleb128()?;
+                    }
+                }
+            }
         }
-        Ok(Some(()))
-    };
-    match run() {
-        Ok(Some(())) => Some(Ok(out)),
-        Ok(None) => None,
-        Err(e) => Some(Err(e)),
+        match emit {
+            Some(end) => {
+                // A row in tombstoned code is dropped, an end of sequence too (its reset still happens).
+                if !tombstone {
+                    row((address, file, line, end));
+                }
+                if end {
+                    (address, file, line, tombstone) = (0, 1, 1, false);
+                }
+            }
+            None => {}
+        }
     }
+    Ok(Some(()))
 }
 
 /// Checks that every file name of a line program renders, as `addr2line` renders them all (a failure makes its
@@ -403,21 +394,42 @@ fn check_files(unit: gimli::UnitRef<'_, Reader>, header: &gimli::LineProgramHead
     Ok(())
 }
 
-/// Compares [`sequences_fast`] with [`sweep_lines`] on every unit whose line program it decodes; returns how
-/// many it compared, or the first unit where they differ.
-pub(super) fn check_sequences_fast(dwarf: &gimli::Dwarf<Reader>) -> std::result::Result<usize, String> {
+/// Compares [`run_fast`] with `gimli`'s `LineRows` on every unit whose line program it decodes: the same rows
+/// (address, file, line, end of sequence) or the same failure. Returns how many units it compared, or the first
+/// that differs.
+pub(super) fn check_run_fast(dwarf: &gimli::Dwarf<Reader>) -> std::result::Result<usize, String> {
     let mut units = dwarf.units();
     let mut compared = 0;
     while let Ok(Some(header)) = units.next() {
         let Ok(unit) = dwarf.unit(header) else { continue };
-        let uref = gimli::UnitRef::new(dwarf, &unit);
-        let Some(program) = &unit.line_program else { continue };
-        let Some(fast) = sequences_fast(program.header()) else { continue };
-        let slow = sweep_lines(uref, &[]).map(|s| s.sequences);
+        let Some(program) = unit.line_program.clone() else { continue };
+        let mut fast = Vec::new();
+        let fast = match run_fast(program.header(), |r| fast.push(r)) {
+            Ok(None) => continue,
+            Ok(Some(())) => Ok(fast),
+            Err(e) => Err(e),
+        };
+        let mut rows = program.rows();
+        let mut slow = Vec::new();
+        let slow = loop {
+            match rows.next_row() {
+                Ok(Some((_, r))) => {
+                    slow.push((r.address(), r.file_index(), r.line().map_or(0, |l| l.get()), r.end_sequence()))
+                }
+                Ok(None) => break Ok(slow),
+                Err(e) => break Err(e),
+            }
+        };
         match (fast, slow) {
             (Ok(a), Ok(b)) if a == b => {}
             (Err(_), Err(_)) => {}
-            (a, b) => return Err(format!("unit at {:?}: fast {a:?}, gimli {b:?}", unit.header.offset())),
+            (a, b) => {
+                let brief = |r: std::result::Result<Vec<Row>, gimli::Error>| match r {
+                    Ok(v) => format!("{} rows, first {:?}", v.len(), v.first()),
+                    Err(e) => format!("error {e}"),
+                };
+                return Err(format!("unit at {:?}: fast {}, gimli {}", unit.header.offset(), brief(a), brief(b)));
+            }
         }
         compared += 1;
     }
@@ -431,26 +443,24 @@ struct Sweep {
     /// `(probe position, sequence number, row found)` for every probe inside a sequence; the row is
     /// `(file index, line)`, `None` when the probe precedes the sequence's first row.
     hits: Vec<Hit>,
-    /// The line program after the run (DWARF 4 programs can define files as they go).
-    rows: Option<gimli::LineRows<Reader, gimli::IncompleteLineProgram<Reader>, usize>>,
+    /// The line program's header after the run (DWARF 4 programs can define files as they go).
+    header: Option<gimli::LineProgramHeader<Reader>>,
 }
 
 /// Runs a unit's line program once, recording the row of every probe (`probes` sorted) in every sequence that
 /// holds it. Fails, as `addr2line`'s line table does, when the program or one of its file names does not parse.
 fn sweep_lines(unit: gimli::UnitRef<'_, Reader>, probes: &[u64]) -> Result<Sweep> {
-    let mut out = Sweep { sequences: Vec::new(), hits: Vec::new(), rows: None };
+    let mut out = Sweep { sequences: Vec::new(), hits: Vec::new(), header: None };
     let Some(program) = unit.line_program.clone() else { return Ok(out) };
-    let mut rows = program.rows();
     // The current sequence: (address, file index, line), a row at the same address as the previous one replacing it.
     let mut seq: Vec<(u64, u64, u32)> = Vec::new();
-    while let Some((_, row)) = rows.next_row()? {
-        if row.end_sequence() {
+    let on_row = |out: &mut Sweep, seq: &mut Vec<(u64, u64, u32)>, (address, file, line, end): Row| {
+        if end {
             if let Some(&(start, _, _)) = seq.first() {
-                let end = row.address();
                 let n = out.sequences.len();
-                out.sequences.push((start, end));
+                out.sequences.push((start, address));
                 let first = probes.partition_point(|&p| p < start);
-                for (k, &p) in probes.iter().enumerate().skip(first).take_while(|(_, &p)| p < end) {
+                for (k, &p) in probes.iter().enumerate().skip(first).take_while(|(_, &p)| p < address) {
                     let row = match seq.binary_search_by(|r| r.0.cmp(&p)) {
                         Ok(i) => Some(i),
                         Err(0) => None,
@@ -460,18 +470,30 @@ fn sweep_lines(unit: gimli::UnitRef<'_, Reader>, probes: &[u64]) -> Result<Sweep
                 }
                 seq.clear();
             }
-            continue;
+            return;
         }
-        let line = row.line().map_or(0, |l| l.get() as u32);
-        let (address, file) = (row.address(), row.file_index());
+        // addr2line keeps lines as u32.
+        let line = line as u32;
         match seq.last_mut() {
             Some(last) if last.0 == address => *last = (address, file, line),
             _ => seq.push((address, file, line)),
         }
-    }
+    };
+    let header = if run_fast(program.header(), |r| on_row(&mut out, &mut seq, r))?.is_some() {
+        program.header().clone()
+    } else {
+        // Not for the fast decoder: start again with gimli's.
+        (out.sequences.clear(), out.hits.clear(), seq.clear());
+        let mut rows = program.rows();
+        while let Some((_, row)) = rows.next_row()? {
+            let line = row.line().map_or(0, |l| l.get());
+            on_row(&mut out, &mut seq, (row.address(), row.file_index(), line, row.end_sequence()));
+        }
+        rows.header().clone()
+    };
     // Every file name must render, as addr2line renders them all (a failure makes its whole table fail).
-    check_files(unit, rows.header())?;
-    out.rows = Some(rows);
+    check_files(unit, &header)?;
+    out.header = Some(header);
     Ok(out)
 }
 
@@ -777,7 +799,7 @@ fn resolve_unit(
     let mut hits = sweep.hits;
     hits.sort_by_key(|h| h.0);
     let mut hits = hits.iter().peekable();
-    let header = sweep.rows.as_ref().map(|r| r.header());
+    let header = sweep.header.as_ref();
     let mut files: HashMap<u64, Option<String>> = HashMap::new();
     let mut file_name = |i: u64| -> Result<Option<String>> {
         let Some(header) = header else { return Ok(None) };
