@@ -7,10 +7,12 @@
 //! them:
 //! - its DIE tree is walked once to list the `DW_TAG_subprogram` ranges; only the functions that hold an address
 //!   get their `DW_TAG_inlined_subroutine` children read (for the inline chains);
-//! - its line program is run once; each sequence's rows are kept only until the sequence ends, long enough to
-//!   answer the addresses inside it, and only the file names an answer uses are rendered.
+//! - its line program is run once, by a decoder that keeps only the address, file and line registers (`gimli`'s
+//!   `LineRows` for what it does not handle); each sequence's rows are kept only until the sequence ends, long
+//!   enough to answer the addresses inside it, and only the file names an answer uses are rendered.
 //!
-//! Units are spread over threads (`std::thread::scope`, each thread taking the next unit, biggest first).
+//! Listing the units, then resolving them, is spread over threads (`std::thread::scope`, each thread taking the
+//! next chunk of unit headers, then the next unit, biggest first).
 //!
 //! The answers are meant to be exactly `addr2line`'s (the test `viewer/tests/atos_batch.rs` checks it against
 //! [`super::DebugFile::lookup_batch_addr2line`]): the unit is chosen from the same unit ranges (`.debug_aranges`,
@@ -364,17 +366,14 @@ fn run_fast(header: &gimli::LineProgramHeader<Reader>, mut row: impl FnMut(Row))
                 }
             }
         }
-        match emit {
-            Some(end) => {
-                // A row in tombstoned code is dropped, an end of sequence too (its reset still happens).
-                if !tombstone {
-                    row((address, file, line, end));
-                }
-                if end {
-                    (address, file, line, tombstone) = (0, 1, 1, false);
-                }
+        if let Some(end) = emit {
+            // A row in tombstoned code is dropped, an end of sequence too (its reset still happens).
+            if !tombstone {
+                row((address, file, line, end));
             }
-            None => {}
+            if end {
+                (address, file, line, tombstone) = (0, 1, 1, false);
+            }
         }
     }
     Ok(Some(()))
@@ -483,7 +482,9 @@ fn sweep_lines(unit: gimli::UnitRef<'_, Reader>, probes: &[u64]) -> Result<Sweep
         program.header().clone()
     } else {
         // Not for the fast decoder: start again with gimli's.
-        (out.sequences.clear(), out.hits.clear(), seq.clear());
+        out.sequences.clear();
+        out.hits.clear();
+        seq.clear();
         let mut rows = program.rows();
         while let Some((_, row)) = rows.next_row()? {
             let line = row.line().map_or(0, |l| l.get());
