@@ -400,10 +400,11 @@ fn run_atos(a: AtosArgs) -> u8 {
         eprintln!("viewer atos: {e}");
         return EXIT_OUTPUT;
     }
-    // The process ends right after this: freeing the DWARF tables addr2line built (hundreds of MB of small
-    // allocations for a large batch) would only cost time, so they are left to the exit.
+    // The process ends right after this: freeing the debug file, the DWARF tables built for it and the results
+    // (many small allocations for a large batch) would only cost time, so they are left to the exit.
     std::mem::forget(file);
     std::mem::forget(store);
+    std::mem::forget(results);
     EXIT_OK
 }
 
