@@ -209,23 +209,68 @@ pub fn atos(file: &symbols::DebugFile, load_address: u64, addresses: &[u64]) -> 
     addresses.iter().zip(file.lookup_batch(&queries)).map(|(&address, frames)| AtosResult { address, frames }).collect()
 }
 
+/// [`atos`] through `addr2line` one address at a time ([`symbols::DebugFile::lookup_batch_addr2line`]), the
+/// reference the tests compare [`atos`] with.
+#[doc(hidden)]
+pub fn atos_addr2line(file: &symbols::DebugFile, load_address: u64, addresses: &[u64]) -> Vec<AtosResult> {
+    let queries: Vec<(u64, u64)> = addresses
+        .iter()
+        .map(|&address| {
+            let svma = address.wrapping_sub(load_address).wrapping_add(file.image_base);
+            (svma, svma)
+        })
+        .collect();
+    let frames = file.lookup_batch_addr2line(&queries);
+    addresses.iter().zip(frames).map(|(&address, frames)| AtosResult { address, frames }).collect()
+}
+
+/// Results at or above this count are formatted on several threads by [`format_atos_all`].
+const PARALLEL_FORMAT_MIN: usize = 1024;
+
+/// [`format_atos`] of every result, concatenated in order. A large batch (1,024 results or more) is cut into one
+/// contiguous run per core (at most 8), each formatted on a thread of its own.
+pub fn format_atos_all(results: &[AtosResult]) -> String {
+    // About 100 bytes per frame.
+    let format_run = |run: &[AtosResult]| -> String {
+        let mut out = String::with_capacity(run.iter().map(|r| r.frames.len().max(1) * 100).sum());
+        run.iter().for_each(|r| push_atos(&mut out, r));
+        out
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
+    if threads < 2 || results.len() < PARALLEL_FORMAT_MIN {
+        return format_run(results);
+    }
+    let per = results.len().div_ceil(threads);
+    let mut runs = results.chunks(per);
+    let first = runs.next().unwrap_or(&[]);
+    std::thread::scope(|scope| {
+        let others: Vec<_> = runs.map(|run| scope.spawn(move || format_run(run))).collect();
+        let mut text = format_run(first);
+        for (h, run) in others.into_iter().zip(results.chunks(per).skip(1)) {
+            // A formatting thread that panicked is redone here (and panics here if it must).
+            text.push_str(&h.join().unwrap_or_else(|_| format_run(run)));
+        }
+        text
+    })
+}
+
 /// Formats one [`AtosResult`] as lines: `function + offset (file:line)` per frame, inlined frames marked
 /// `[inlined]`; the bare address when unresolved.
 pub fn format_atos(r: &AtosResult) -> String {
+    let mut out = String::new();
+    push_atos(&mut out, r);
+    out
+}
+
+/// Appends [`format_atos`] of `r` to `out`.
+fn push_atos(out: &mut String, r: &AtosResult) {
     if r.frames.is_empty() {
-        return format!("{:#x}\n", r.address);
+        out.push_str(&format!("{:#x}\n", r.address));
+        return;
     }
     let n = r.frames.len();
-    let mut out = String::new();
     for (i, f) in r.frames.iter().enumerate() {
-        let frame = crashlog::FrameLog {
-            address: r.address,
-            symbol: Some(f.clone()),
-            inlined: i + 1 < n,
-            ..Default::default()
-        };
-        out.push_str(&render::symbol_part(&frame, None));
+        render::push_symbol_text(out, f, i + 1 < n);
         out.push('\n');
     }
-    out
 }

@@ -245,6 +245,9 @@ struct AtosArgs {
     /// Write to FILE instead of standard output.
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Resolve through `addr2line` one address at a time (the reference the batch path is tested against).
+    #[arg(long, hide = true)]
+    via_addr2line: bool,
 }
 
 fn parse_addr(s: &str) -> Result<u64, String> {
@@ -387,15 +390,21 @@ fn run_atos(a: AtosArgs) -> u8 {
             }
         }
     }
-    let text: String = viewer::atos(&file, a.load_address, &addresses).iter().map(viewer::format_atos).collect();
+    let results = if a.via_addr2line {
+        viewer::atos_addr2line(&file, a.load_address, &addresses)
+    } else {
+        viewer::atos(&file, a.load_address, &addresses)
+    };
+    let text = viewer::format_atos_all(&results);
     if let Err(e) = write_out(a.output.as_ref(), text.as_bytes()) {
         eprintln!("viewer atos: {e}");
         return EXIT_OUTPUT;
     }
-    // The process ends right after this: freeing the DWARF tables addr2line built (hundreds of MB of small
-    // allocations for a large batch) would only cost time, so they are left to the exit.
+    // The process ends right after this: freeing the debug file, the DWARF tables built for it and the results
+    // (many small allocations for a large batch) would only cost time, so they are left to the exit.
     std::mem::forget(file);
     std::mem::forget(store);
+    std::mem::forget(results);
     EXIT_OK
 }
 

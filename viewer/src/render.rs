@@ -312,7 +312,15 @@ pub fn symbol_part(frame: &FrameLog, image: Option<&ImageLog>) -> String {
 }
 
 fn symbol_text(sym: &SymbolInfo, inlined: bool) -> String {
-    let mut s = sym.name.clone();
+    let mut s = String::new();
+    push_symbol_text(&mut s, sym, inlined);
+    s
+}
+
+/// Appends what [`symbol_part`] gives for a frame with symbol `sym`: `name + offset (file:line)`, then
+/// ` [inlined]` when `inlined`.
+pub(crate) fn push_symbol_text(s: &mut String, sym: &SymbolInfo, inlined: bool) {
+    s.push_str(&sym.name);
     if let Some(off) = sym.offset {
         let _ = write!(s, " + {off}");
     }
@@ -326,7 +334,6 @@ fn symbol_text(sym: &SymbolInfo, inlined: bool) -> String {
     if inlined {
         s.push_str(" [inlined]");
     }
-    s
 }
 
 fn frames(out: &mut String, log: &CrashLog, t: &ThreadLog, legacy: bool) {

@@ -8,7 +8,11 @@
 //!
 //! Identification reads only headers and load commands (through `object::ReadCache`); a file is read and parsed in
 //! full once, on first use, and cached by path and slice ([`DebugFile`]): the symbol table is sorted by address once
-//! and DWARF is served by an `addr2line::Context`, which indexes units and functions lazily and caches them.
+//! and DWARF is served by an `addr2line::Context` (built on first use), which indexes units and functions lazily
+//! and caches them. Large batches ([`DebugFile::lookup_batch`]) go through `batch`, which reads each unit once for
+//! all the batch's addresses in it.
+
+mod batch;
 
 use crate::crashlog::SymbolInfo;
 use crate::demangle;
@@ -206,8 +210,8 @@ pub struct DebugFile {
     symbols: SymbolTable,
     /// The DWARF sections present (readers over the shared buffer), to build more contexts for parallel lookups.
     sections: Vec<(gimli::SectionId, Reader)>,
-    /// DWARF, when present.
-    dwarf: Option<Context<Reader>>,
+    /// DWARF through `addr2line`, built on first use: `None` inside when the file has none or it does not parse.
+    dwarf: std::cell::OnceCell<Option<Context<Reader>>>,
     /// Set when a DWARF lookup panicked inside a library (corrupt debug info); DWARF is not used again.
     dwarf_broken: std::cell::Cell<bool>,
 }
@@ -218,7 +222,7 @@ impl std::fmt::Debug for DebugFile {
             .field("identity", &self.identity)
             .field("image_base", &self.image_base)
             .field("symbols", &self.symbols.entries.len())
-            .field("dwarf", &self.dwarf.is_some())
+            .field("dwarf", &!self.sections.is_empty())
             .finish()
     }
 }
@@ -245,6 +249,10 @@ impl std::error::Error for LoadError {}
 
 /// Batches smaller than this are resolved on the calling thread: a second DWARF context costs more than it saves.
 const PARALLEL_BATCH_MIN: usize = 2048;
+
+/// Batches smaller than this are resolved one address at a time by `addr2line` (whose tables stay cached for the
+/// next lookup); larger ones unit by unit (`batch`).
+const UNIT_BATCH_MIN: usize = 64;
 
 impl DebugFile {
     /// Reads and parses one object. For a universal file, `identity.object.slice` selects the slice.
@@ -298,8 +306,14 @@ impl DebugFile {
         let symbols = SymbolTable::new(&obj, &data, macho);
         let sections =
             if obj.section_by_name(".debug_info").is_some() { dwarf_sections(&obj, &data) } else { Vec::new() };
-        let dwarf = if sections.is_empty() { None } else { context(&sections) };
-        Ok(DebugFile { identity, image_base, symbols, sections, dwarf, dwarf_broken: std::cell::Cell::new(false) })
+        Ok(DebugFile {
+            identity,
+            image_base,
+            symbols,
+            sections,
+            dwarf: std::cell::OnceCell::new(),
+            dwarf_broken: std::cell::Cell::new(false),
+        })
     }
 
     /// Number of function symbols indexed.
@@ -309,14 +323,27 @@ impl DebugFile {
 
     /// True when DWARF line information is available.
     pub fn has_dwarf(&self) -> bool {
-        self.dwarf.is_some()
+        self.addr2line().is_some()
+    }
+
+    /// The `addr2line` context over this file's DWARF, built on first use (`None` without usable DWARF).
+    fn addr2line(&self) -> Option<&Context<Reader>> {
+        self.dwarf
+            .get_or_init(|| {
+                if self.sections.is_empty() {
+                    return None;
+                }
+                // A panic in the parser (corrupt debug info) leaves the file without DWARF.
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| context(&self.sections))).ok().flatten()
+            })
+            .as_ref()
     }
 
     /// Resolves a link-time address (SVMA). `probe` is where to look (the address, or address - 1 for a return
     /// address); offsets are computed from `address`. Returns the frames at that address, innermost (inlined)
     /// first and the out-of-line function last; empty when nothing covers it.
     pub fn lookup(&self, address: u64, probe: u64) -> Vec<SymbolInfo> {
-        let out = match (&self.dwarf, self.dwarf_broken.get()) {
+        let out = match (self.addr2line(), self.dwarf_broken.get()) {
             (Some(ctx), false) => {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dwarf_frames(ctx, address, probe)))
                     .unwrap_or_else(|_| {
@@ -329,20 +356,74 @@ impl DebugFile {
         self.symbols.finish_lookup(out, address, probe)
     }
 
-    /// [`DebugFile::lookup`] for many `(address, probe)` pairs; the results are in the order of `queries`.
+    /// [`DebugFile::lookup`] for many `(address, probe)` pairs; the results are in the order of `queries`, and the
+    /// same as one [`DebugFile::lookup`] per query.
+    ///
+    /// A batch of 64 queries or more is resolved unit by unit: the queries are grouped by the compilation unit that
+    /// covers them and each unit's line program and DIE tree are read once for all of its queries, the units
+    /// spread over the cores (see `symbols/batch.rs`). Queries that path leaves (odd or corrupt DWARF) get
+    /// [`DebugFile::lookup`].
+    pub fn lookup_batch(&self, queries: &[(u64, u64)]) -> Vec<Vec<SymbolInfo>> {
+        if queries.len() < UNIT_BATCH_MIN {
+            return queries.iter().map(|&(a, p)| self.lookup(a, p)).collect();
+        }
+        self.lookup_batch_units(queries, cores()).0
+    }
+
+    /// The unit-by-unit path of [`DebugFile::lookup_batch`] whatever the batch size, on up to `threads` threads
+    /// (tests compare it with [`DebugFile::lookup_batch_addr2line`]). Also returns how many queries it left to
+    /// [`DebugFile::lookup`].
+    #[doc(hidden)]
+    pub fn lookup_batch_units(&self, queries: &[(u64, u64)], threads: usize) -> (Vec<Vec<SymbolInfo>>, usize) {
+        let dwarf = match self.dwarf_broken.get() {
+            false => gimli_dwarf(&self.sections).map(|mut d| {
+                // Units share abbreviation tables (Rust's codegen units do, a few each): parse each table once.
+                d.populate_abbreviations_cache(gimli::AbbreviationsCacheStrategy::Duplicates);
+                d
+            }),
+            true => None,
+        };
+        let Some(found) = dwarf.and_then(|d| batch::lookup(&d, &self.symbols, queries, threads)) else {
+            return (self.lookup_batch_addr2line(queries), queries.len());
+        };
+        let mut left = 0;
+        let frames = found
+            .into_iter()
+            .zip(queries)
+            .map(|(frames, &(a, p))| {
+                frames.unwrap_or_else(|| {
+                    left += 1;
+                    self.lookup(a, p)
+                })
+            })
+            .collect();
+        (frames, left)
+    }
+
+    /// Checks the batch path's line-program decoder against `gimli`'s on every unit of this file: the number of
+    /// units compared, or the first difference (tests).
+    #[doc(hidden)]
+    pub fn check_line_sequences(&self) -> Result<usize, String> {
+        let dwarf = gimli_dwarf(&self.sections).ok_or("no DWARF")?;
+        batch::check_run_fast(&dwarf)
+    }
+
+    /// The batch as `addr2line` resolves it, one address at a time (what [`DebugFile::lookup_batch`] did before
+    /// the unit-by-unit path; kept as the tests' reference).
     ///
     /// A large batch (2,048 queries or more) on a machine with several cores is sorted by address and split into
     /// one contiguous run per core: the calling thread resolves the first run with this file's DWARF context, and
     /// each other run gets a thread and a context of its own (an `addr2line` context is single-threaded; the file
     /// bytes and the symbol table are shared, not copied). Sorting also makes each run touch few compilation units,
     /// so the units parsed per context stay few. The results are the same as one [`DebugFile::lookup`] per query.
-    pub fn lookup_batch(&self, queries: &[(u64, u64)]) -> Vec<Vec<SymbolInfo>> {
-        self.lookup_batch_on(queries, std::thread::available_parallelism().map_or(1, |n| n.get()))
+    #[doc(hidden)]
+    pub fn lookup_batch_addr2line(&self, queries: &[(u64, u64)]) -> Vec<Vec<SymbolInfo>> {
+        self.lookup_batch_on(queries, cores())
     }
 
-    /// [`DebugFile::lookup_batch`] as if the machine had `cores` cores (tests split batches on any machine).
+    /// [`DebugFile::lookup_batch_addr2line`] as if the machine had `cores` cores (tests split batches on any machine).
     fn lookup_batch_on(&self, queries: &[(u64, u64)], cores: usize) -> Vec<Vec<SymbolInfo>> {
-        let Some(ctx) = self.dwarf.as_ref().filter(|_| !self.dwarf_broken.get()) else {
+        let Some(ctx) = self.addr2line().filter(|_| !self.dwarf_broken.get()) else {
             return queries.iter().map(|&(a, p)| self.lookup(a, p)).collect();
         };
         if cores < 2 || queries.len() < PARALLEL_BATCH_MIN {
@@ -620,18 +701,27 @@ fn dwarf_sections(obj: &object::File<'_>, data: &Bytes) -> Vec<(gimli::SectionId
     out
 }
 
-/// An `addr2line` context over the given sections (absent ones are empty).
-fn context(sections: &[(gimli::SectionId, Reader)]) -> Option<Context<Reader>> {
-    let endian = sections.first().map_or(RunTimeEndian::Little, |(_, r)| gimli::Reader::endian(r));
-    let dwarf = gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
+/// The cores this machine has (1 when unknown).
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The DWARF of the given sections (absent ones are empty); `None` without sections.
+fn gimli_dwarf(sections: &[(gimli::SectionId, Reader)]) -> Option<gimli::Dwarf<Reader>> {
+    let endian = sections.first().map(|(_, r)| gimli::Reader::endian(r))?;
+    gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
         Ok(sections
             .iter()
             .find(|(s, _)| *s == id)
             .map(|(_, r)| r.clone())
             .unwrap_or_else(|| EndianReader::new(Bytes::new(Vec::new()), endian)))
     })
-    .ok()?;
-    Context::from_dwarf(dwarf).ok()
+    .ok()
+}
+
+/// An `addr2line` context over the given sections (absent ones are empty).
+fn context(sections: &[(gimli::SectionId, Reader)]) -> Option<Context<Reader>> {
+    Context::from_dwarf(gimli_dwarf(sections)?).ok()
 }
 
 /// What the store needs to know about an image to find its debug file.

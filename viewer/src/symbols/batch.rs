@@ -1,0 +1,1030 @@
+//! Batch symbolication: many addresses of one debug file resolved unit by unit.
+//!
+//! `addr2line` answers one address at a time: for each compilation unit an address touches, it builds the unit's
+//! whole line table (every row of every sequence, every file name rendered) and its function table, then searches
+//! them. For a large batch spread over a binary that is most of the work, and most of what it builds is never
+//! read. Here the sorted addresses are grouped by the unit that covers them, and each unit is read once for all of
+//! them:
+//! - its DIE tree is walked once to list the `DW_TAG_subprogram` ranges; only the functions that hold an address
+//!   get their `DW_TAG_inlined_subroutine` children read (for the inline chains);
+//! - its line program is run once, by a decoder that keeps only the address, file and line registers (`gimli`'s
+//!   `LineRows` for what it does not handle); each sequence's rows are kept only until the sequence ends, long
+//!   enough to answer the addresses inside it, and only the file names an answer uses are rendered.
+//!
+//! Listing the units, then resolving them, is spread over threads (`std::thread::scope`, each thread taking the
+//! next chunk of unit headers, then the next unit, biggest first).
+//!
+//! The answers are meant to be exactly `addr2line`'s (the test `viewer/tests/atos_batch.rs` checks it against
+//! [`super::DebugFile::lookup_batch_addr2line`]): the unit is chosen from the same unit ranges (`.debug_aranges`,
+//! the unit DIE's ranges, else the line program's sequences), the function and the row by the same searches over
+//! tables built in the same order, names follow `DW_AT_abstract_origin`/`DW_AT_specification` the same way. An
+//! address this path does not handle the way `addr2line` would — its first unit has neither a function nor a row
+//! for it (`addr2line` would try the next unit), the unit's DWARF fails to parse, a split-DWARF skeleton unit, a
+//! parser panic — is handed back to the caller, which resolves it with `addr2line`.
+
+use super::{die_start, Reader, SymbolTable};
+use crate::crashlog::SymbolInfo;
+use crate::demangle;
+use gimli::Reader as _;
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::Mutex;
+
+type Result<T> = std::result::Result<T, gimli::Error>;
+
+/// One compilation unit of the file.
+struct IndexUnit {
+    /// Offset of the unit header in `.debug_info`.
+    offset: usize,
+    unit: gimli::Unit<Reader>,
+}
+
+/// One address range of a unit; sorted by `end`, as `addr2line` sorts them.
+struct UnitRange {
+    begin: u64,
+    end: u64,
+    /// The lowest `begin` of this range and of every range after it in the sorted list.
+    min_begin: u64,
+    unit: usize,
+}
+
+/// The units of a file and their address ranges.
+struct Index {
+    units: Vec<IndexUnit>,
+    ranges: Vec<UnitRange>,
+}
+
+/// `DW_AT_low_pc`, `DW_AT_high_pc` and `DW_AT_ranges` of one DIE.
+#[derive(Default)]
+struct RangeAttrs {
+    low_pc: Option<u64>,
+    high_pc: Option<u64>,
+    size: Option<u64>,
+    ranges_offset: Option<gimli::RangeListsOffset<usize>>,
+}
+
+impl RangeAttrs {
+    /// Reads one attribute if it is a range attribute; true when it was.
+    fn read(&mut self, unit: gimli::UnitRef<'_, Reader>, attr: &gimli::Attribute<Reader>) -> Result<bool> {
+        match attr.name() {
+            gimli::DW_AT_low_pc => match attr.value() {
+                gimli::AttributeValue::Addr(v) => self.low_pc = Some(v),
+                gimli::AttributeValue::DebugAddrIndex(i) => self.low_pc = Some(unit.address(i)?),
+                _ => {}
+            },
+            gimli::DW_AT_high_pc => match attr.value() {
+                gimli::AttributeValue::Addr(v) => self.high_pc = Some(v),
+                gimli::AttributeValue::DebugAddrIndex(i) => self.high_pc = Some(unit.address(i)?),
+                gimli::AttributeValue::Udata(v) => self.size = Some(v),
+                _ => {}
+            },
+            gimli::DW_AT_ranges => self.ranges_offset = unit.attr_ranges_offset(attr.value())?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Calls `f` with each non-empty range; true when there was one.
+    fn for_each(&self, unit: gimli::UnitRef<'_, Reader>, mut f: impl FnMut(gimli::Range)) -> Result<bool> {
+        let mut any = false;
+        let mut add = |r: gimli::Range| {
+            if r.begin < r.end {
+                f(r);
+                any = true;
+            }
+        };
+        if let Some(off) = self.ranges_offset {
+            let mut list = unit.ranges(off)?;
+            while let Some(r) = list.next()? {
+                add(r);
+            }
+        } else if let (Some(begin), Some(end)) = (self.low_pc, self.high_pc) {
+            add(gimli::Range { begin, end });
+        } else if let (Some(begin), Some(size)) = (self.low_pc, self.size) {
+            // A -1 tombstone wraps and gives an empty range, which is skipped.
+            add(gimli::Range { begin, end: begin.wrapping_add(size) });
+        }
+        Ok(any)
+    }
+}
+
+impl Index {
+    /// Lists the units and their ranges the way `addr2line::Context` does, the units read on up to `threads`
+    /// threads (in chunks taken in turn; the result does not depend on the thread count).
+    fn parse(dwarf: &gimli::Dwarf<Reader>, threads: usize) -> Result<Index> {
+        let mut aranges = Vec::new();
+        let mut headers = dwarf.debug_aranges.headers();
+        while let Some(h) = headers.next()? {
+            aranges.push((h.debug_info_offset().0, h.offset()));
+        }
+        aranges.sort_by_key(|a| a.0);
+        let mut headers = Vec::new();
+        let mut iter = dwarf.units();
+        while let Some(header) = iter.next()? {
+            headers.push(header);
+        }
+        const CHUNK: usize = 64;
+        let chunks: Vec<&[gimli::UnitHeader<Reader>]> = headers.chunks(CHUNK).collect();
+        let next = AtomicUsize::new(0);
+        let done: Mutex<Vec<(usize, Result<ParsedChunk>)>> = Mutex::new(Vec::new());
+        let run = || loop {
+            let c = next.fetch_add(1, AtomicOrdering::Relaxed);
+            let Some(chunk) = chunks.get(c) else { break };
+            let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                chunk.iter().map(|h| parse_unit(dwarf, &aranges, h.clone())).collect::<Result<ParsedChunk>>()
+            }))
+            .unwrap_or(Err(gimli::Error::InvalidAddressRange));
+            if let Ok(mut d) = done.lock() {
+                d.push((c, parsed));
+            }
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..threads.clamp(1, 8).min(chunks.len().max(1)) {
+                scope.spawn(run);
+            }
+            run();
+        });
+        let mut done = done.into_inner().map_err(|_| gimli::Error::InvalidAddressRange)?;
+        if done.len() != chunks.len() {
+            return Err(gimli::Error::InvalidAddressRange);
+        }
+        done.sort_by_key(|d| d.0);
+        let mut units = Vec::new();
+        let mut ranges = Vec::new();
+        for (_, chunk) in done {
+            for (unit, unit_ranges) in chunk?.into_iter().flatten() {
+                let id = units.len();
+                ranges.extend(unit_ranges.into_iter().map(|r| UnitRange {
+                    begin: r.begin,
+                    end: r.end,
+                    min_begin: 0,
+                    unit: id,
+                }));
+                units.push(unit);
+            }
+        }
+        ranges.sort_by_key(|r| r.end);
+        let mut min = u64::MAX;
+        for r in ranges.iter_mut().rev() {
+            min = min.min(r.begin);
+            r.min_begin = min;
+        }
+        Ok(Index { units, ranges })
+    }
+
+    /// The first unit `addr2line` would look in for `probe` (`None` when no unit covers it).
+    fn first_unit(&self, probe: u64) -> Option<usize> {
+        let high = probe.checked_add(1)?;
+        let pos = match self.ranges.binary_search_by_key(&probe, |r| r.end) {
+            Ok(i) => i + 1,
+            Err(i) => i,
+        };
+        self.ranges[pos..]
+            .iter()
+            .take_while(|r| high > r.min_begin)
+            .find(|r| probe < r.end && high > r.begin)
+            .map(|r| r.unit)
+    }
+
+    /// The unit holding `.debug_info` offset `off`, and the offset inside it.
+    fn unit_at(&self, off: gimli::DebugInfoOffset<usize>) -> Result<(&gimli::Unit<Reader>, gimli::UnitOffset)> {
+        let unit = match self.units.binary_search_by_key(&off.0, |u| u.offset) {
+            Ok(_) | Err(0) => return Err(gimli::Error::NoEntryAtGivenOffset),
+            Err(i) => &self.units[i - 1].unit,
+        };
+        let at = off.to_unit_offset(&unit.header).ok_or(gimli::Error::NoEntryAtGivenOffset)?;
+        Ok((unit, at))
+    }
+}
+
+/// The units of a run of unit headers, in order: `None` for a unit `addr2line` leaves out (type units, units that
+/// do not parse), else the unit and its address ranges.
+type ParsedChunk = Vec<Option<(IndexUnit, Vec<gimli::Range>)>>;
+
+/// One unit as `addr2line::Context` lists it: its ranges from `.debug_aranges` (`aranges`: `(unit offset, aranges
+/// header offset)` sorted) unless the unit DIE has `DW_AT_ranges`, else the unit DIE's ranges, else the line
+/// program's sequences.
+fn parse_unit(
+    dwarf: &gimli::Dwarf<Reader>,
+    aranges: &[(usize, gimli::DebugArangesOffset<usize>)],
+    header: gimli::UnitHeader<Reader>,
+) -> Result<Option<(IndexUnit, Vec<gimli::Range>)>> {
+    let Some(offset) = header.offset().as_debug_info_offset() else { return Ok(None) };
+    let mut need_range = match header.type_() {
+        gimli::UnitType::Type { .. } | gimli::UnitType::SplitType { .. } => return Ok(None),
+        gimli::UnitType::Partial => false,
+        _ => true,
+    };
+    let Ok(unit) = dwarf.unit(header) else { return Ok(None) };
+    let uref = gimli::UnitRef::new(dwarf, &unit);
+    let mut ranges = Vec::new();
+    if need_range {
+        let mut entries = uref.entries_raw(None)?;
+        let Some(abbrev) = entries.read_abbreviation()? else { return Ok(None) };
+        let mut attrs = RangeAttrs::default();
+        for spec in abbrev.attributes() {
+            let attr = entries.read_attribute(*spec)?;
+            attrs.read(uref, &attr)?;
+        }
+        if attrs.ranges_offset.is_none() {
+            let first = aranges.partition_point(|a| a.0 < offset.0);
+            for (_, at) in aranges[first..].iter().take_while(|a| a.0 == offset.0) {
+                let mut entries = dwarf.debug_aranges.header(*at)?.entries();
+                while let Some(e) = entries.next().transpose() {
+                    let Ok(e) = e else { continue };
+                    if e.length() != 0 {
+                        ranges.push(e.range());
+                        need_range = false;
+                    }
+                }
+            }
+        }
+        if need_range {
+            need_range = !attrs.for_each(uref, |r| ranges.push(r))?;
+        }
+    }
+    if need_range {
+        // No ranges on the unit DIE: the line program's sequences (none when it does not parse).
+        if let Ok(sequences) = line_sequences(uref) {
+            ranges.extend(sequences.into_iter().map(|(begin, end)| gimli::Range { begin, end }));
+        }
+    }
+    Ok(Some((IndexUnit { offset: offset.0, unit }, ranges)))
+}
+
+/// A probe inside a sequence: `(probe position, sequence number, row)`, the row `(file index, line)`.
+type Hit = (usize, usize, Option<(u64, u32)>);
+
+/// The subprograms of a unit: their DIE offsets, and their ranges `(range, index into the offsets)`.
+type Functions = (Vec<gimli::UnitOffset>, Vec<(gimli::Range, usize)>);
+
+/// The `(start, end)` of every sequence with rows of a unit's line program, as [`sweep_lines`] gives them.
+fn line_sequences(unit: gimli::UnitRef<'_, Reader>) -> Result<Vec<(u64, u64)>> {
+    Ok(sweep_lines(unit, &[])?.sequences)
+}
+
+/// One row of a line program: address, file index, line register, and whether it ends its sequence.
+type Row = (u64, u64, u64, bool);
+
+/// Runs a line program the way `gimli`'s `LineRows` does (same rows, same tombstones, same errors) but keeping
+/// only what rows need here (address, file, line), calling `row` for each. `Ok(None)` for what it does not
+/// handle (VLIW operation indexes, addresses other than 4 or 8 bytes, `DW_LNE_define_file`), left to `gimli`;
+/// rows already given must then be dropped.
+fn run_fast(header: &gimli::LineProgramHeader<Reader>, mut row: impl FnMut(Row)) -> Result<Option<()>> {
+    let encoding = header.line_encoding();
+    let size = header.address_size();
+    if encoding.maximum_operations_per_instruction != 1 || !(size == 4 || size == 8) || encoding.line_range == 0 {
+        return Ok(None);
+    }
+    let mask = u64::MAX >> (64 - u32::from(size) * 8);
+    let min_tombstone = mask - 1;
+    let min_len = u64::from(encoding.minimum_instruction_length);
+    let base = header.opcode_base();
+    let advance = |address: u64, by: u64| -> Result<u64> {
+        let a = address.checked_add(by).ok_or(gimli::Error::AddressOverflow)?;
+        if a & !mask != 0 {
+            return Err(gimli::Error::AddressOverflow);
+        }
+        Ok(a)
+    };
+    let advance_line = |line: u64, by: i64| -> u64 {
+        if by < 0 {
+            line.saturating_sub(by.unsigned_abs())
+        } else {
+            line.wrapping_add(by as u64)
+        }
+    };
+    let mut input = header.raw_program_buf();
+    // The registers this needs (DWARF 5 section 6.2.2), as at the start of a sequence.
+    let (mut address, mut file, mut line, mut tombstone) = (0u64, 1u64, 1u64, false);
+    while !input.is_empty() {
+        let opcode = input.read_u8()?;
+        // Whether the instruction makes a row, and whether that row ends the sequence.
+        let mut emit = None;
+        if opcode == 0 {
+            let length = input.read_uleb128().and_then(<usize as gimli::ReaderOffset>::from_u64)?;
+            let mut rest = input.split(length)?;
+            match gimli::DwLne(rest.read_u8()?) {
+                gimli::DW_LNE_end_sequence => emit = Some(true),
+                gimli::DW_LNE_set_address => {
+                    let a = rest.read_address(size)?;
+                    tombstone = a < address || a >= min_tombstone;
+                    if !tombstone {
+                        address = a;
+                    }
+                }
+                gimli::DW_LNE_define_file => return Ok(None),
+                gimli::DW_LNE_set_discriminator => {
+                    rest.read_uleb128()?;
+                }
+                _ => {}
+            }
+        } else if opcode >= base {
+            let adjusted = opcode - base;
+            line = advance_line(line, i64::from(encoding.line_base) + i64::from(adjusted % encoding.line_range));
+            if !tombstone {
+                address = advance(address, min_len.wrapping_mul(u64::from(adjusted / encoding.line_range)))?;
+            }
+            emit = Some(false);
+        } else {
+            match gimli::DwLns(opcode) {
+                gimli::DW_LNS_copy => emit = Some(false),
+                gimli::DW_LNS_advance_pc => {
+                    let ops = input.read_uleb128()?;
+                    if !tombstone {
+                        address = advance(address, min_len.wrapping_mul(ops))?;
+                    }
+                }
+                gimli::DW_LNS_advance_line => line = advance_line(line, input.read_sleb128()?),
+                gimli::DW_LNS_set_file => file = input.read_uleb128()?,
+                gimli::DW_LNS_set_column | gimli::DW_LNS_set_isa => {
+                    input.read_uleb128()?;
+                }
+                gimli::DW_LNS_negate_stmt
+                | gimli::DW_LNS_set_basic_block
+                | gimli::DW_LNS_set_prologue_end
+                | gimli::DW_LNS_set_epilogue_begin => {}
+                gimli::DW_LNS_const_add_pc => {
+                    if !tombstone {
+                        let ops = u64::from((255 - base) / encoding.line_range);
+                        address = advance(address, min_len.wrapping_mul(ops))?;
+                    }
+                }
+                gimli::DW_LNS_fixed_advance_pc => {
+                    let by = input.read_u16()?;
+                    if !tombstone {
+                        address = advance(address, u64::from(by))?;
+                    }
+                }
+                _ => {
+                    let mut lengths = header.standard_opcode_lengths().clone();
+                    lengths.skip(usize::from(opcode - 1))?;
+                    for _ in 0..lengths.read_u8()? {
+                        input.read_uleb128()?;
+                    }
+                }
+            }
+        }
+        if let Some(end) = emit {
+            // A row in tombstoned code is dropped, an end of sequence too (its reset still happens).
+            if !tombstone {
+                row((address, file, line, end));
+            }
+            if end {
+                (address, file, line, tombstone) = (0, 1, 1, false);
+            }
+        }
+    }
+    Ok(Some(()))
+}
+
+/// Checks that every file name of a line program renders, as `addr2line` renders them all (a failure makes its
+/// whole line table fail).
+fn check_files(unit: gimli::UnitRef<'_, Reader>, header: &gimli::LineProgramHeader<Reader>) -> Result<()> {
+    let mut index = 1;
+    while let Some(file) = header.file(index) {
+        check_file(unit, file, header)?;
+        index += 1;
+    }
+    if let Some(file) = header.file(0) {
+        check_file(unit, file, header)?;
+    }
+    Ok(())
+}
+
+/// Compares [`run_fast`] with `gimli`'s `LineRows` on every unit whose line program it decodes: the same rows
+/// (address, file, line, end of sequence) or the same failure. Returns how many units it compared, or the first
+/// that differs.
+pub(super) fn check_run_fast(dwarf: &gimli::Dwarf<Reader>) -> std::result::Result<usize, String> {
+    let mut units = dwarf.units();
+    let mut compared = 0;
+    while let Ok(Some(header)) = units.next() {
+        let Ok(unit) = dwarf.unit(header) else { continue };
+        let Some(program) = unit.line_program.clone() else { continue };
+        let mut fast = Vec::new();
+        let fast = match run_fast(program.header(), |r| fast.push(r)) {
+            Ok(None) => continue,
+            Ok(Some(())) => Ok(fast),
+            Err(e) => Err(e),
+        };
+        let mut rows = program.rows();
+        let mut slow = Vec::new();
+        let slow = loop {
+            match rows.next_row() {
+                Ok(Some((_, r))) => {
+                    slow.push((r.address(), r.file_index(), r.line().map_or(0, |l| l.get()), r.end_sequence()))
+                }
+                Ok(None) => break Ok(slow),
+                Err(e) => break Err(e),
+            }
+        };
+        match (fast, slow) {
+            (Ok(a), Ok(b)) if a == b => {}
+            (Err(_), Err(_)) => {}
+            (a, b) => {
+                let brief = |r: std::result::Result<Vec<Row>, gimli::Error>| match r {
+                    Ok(v) => format!("{} rows, first {:?}", v.len(), v.first()),
+                    Err(e) => format!("error {e}"),
+                };
+                return Err(format!("unit at {:?}: fast {}, gimli {}", unit.header.offset(), brief(a), brief(b)));
+            }
+        }
+        compared += 1;
+    }
+    Ok(compared)
+}
+
+/// What one run of a unit's line program gives.
+struct Sweep {
+    /// `(start, end)` of each sequence with rows, in program order.
+    sequences: Vec<(u64, u64)>,
+    /// `(probe position, sequence number, row found)` for every probe inside a sequence; the row is
+    /// `(file index, line)`, `None` when the probe precedes the sequence's first row.
+    hits: Vec<Hit>,
+    /// The line program's header after the run (DWARF 4 programs can define files as they go).
+    header: Option<gimli::LineProgramHeader<Reader>>,
+}
+
+/// Runs a unit's line program once, recording the row of every probe (`probes` sorted) in every sequence that
+/// holds it. Fails, as `addr2line`'s line table does, when the program or one of its file names does not parse.
+fn sweep_lines(unit: gimli::UnitRef<'_, Reader>, probes: &[u64]) -> Result<Sweep> {
+    let mut out = Sweep { sequences: Vec::new(), hits: Vec::new(), header: None };
+    let Some(program) = unit.line_program.clone() else { return Ok(out) };
+    // The current sequence: (address, file index, line), a row at the same address as the previous one replacing it.
+    let mut seq: Vec<(u64, u64, u32)> = Vec::new();
+    let on_row = |out: &mut Sweep, seq: &mut Vec<(u64, u64, u32)>, (address, file, line, end): Row| {
+        if end {
+            if let Some(&(start, _, _)) = seq.first() {
+                let n = out.sequences.len();
+                out.sequences.push((start, address));
+                let first = probes.partition_point(|&p| p < start);
+                for (k, &p) in probes.iter().enumerate().skip(first).take_while(|(_, &p)| p < address) {
+                    let row = match seq.binary_search_by(|r| r.0.cmp(&p)) {
+                        Ok(i) => Some(i),
+                        Err(0) => None,
+                        Err(i) => Some(i - 1),
+                    };
+                    out.hits.push((k, n, row.map(|i| (seq[i].1, seq[i].2))));
+                }
+                seq.clear();
+            }
+            return;
+        }
+        // addr2line keeps lines as u32.
+        let line = line as u32;
+        match seq.last_mut() {
+            Some(last) if last.0 == address => *last = (address, file, line),
+            _ => seq.push((address, file, line)),
+        }
+    };
+    let header = if run_fast(program.header(), |r| on_row(&mut out, &mut seq, r))?.is_some() {
+        program.header().clone()
+    } else {
+        // Not for the fast decoder: start again with gimli's.
+        out.sequences.clear();
+        out.hits.clear();
+        seq.clear();
+        let mut rows = program.rows();
+        while let Some((_, row)) = rows.next_row()? {
+            let line = row.line().map_or(0, |l| l.get());
+            on_row(&mut out, &mut seq, (row.address(), row.file_index(), line, row.end_sequence()));
+        }
+        rows.header().clone()
+    };
+    // Every file name must render, as addr2line renders them all (a failure makes its whole table fail).
+    check_files(unit, &header)?;
+    out.header = Some(header);
+    Ok(out)
+}
+
+fn check_file(
+    unit: gimli::UnitRef<'_, Reader>,
+    file: &gimli::FileEntry<Reader>,
+    header: &gimli::LineProgramHeader<Reader>,
+) -> Result<()> {
+    if file.directory_index() != 0 {
+        if let Some(dir) = file.directory(header) {
+            unit.attr_string(dir)?;
+        }
+    }
+    unit.attr_string(file.path_name())?;
+    Ok(())
+}
+
+/// The file name of file `index` of a unit's line program, as `addr2line` renders it: the unit's
+/// `DW_AT_comp_dir`, the file's directory (unless it is entry 0) and its name, each absolute one replacing what
+/// came before. Index 0 without an entry (DWARF 4 and earlier) is the empty name.
+fn render_file(
+    unit: gimli::UnitRef<'_, Reader>,
+    header: &gimli::LineProgramHeader<Reader>,
+    index: u64,
+) -> Result<Option<String>> {
+    let Some(file) = header.file(index) else { return Ok((index == 0).then(String::new)) };
+    let mut path = match &unit.comp_dir {
+        Some(dir) => dir.to_string_lossy()?.into_owned(),
+        None => String::new(),
+    };
+    if file.directory_index() != 0 {
+        if let Some(dir) = file.directory(header) {
+            push_path(&mut path, &unit.attr_string(dir)?.to_string_lossy()?);
+        }
+    }
+    push_path(&mut path, &unit.attr_string(file.path_name())?.to_string_lossy()?);
+    Ok(Some(path))
+}
+
+/// Appends `part` to `path` with the separator `path` uses; an absolute `part` (Unix or Windows) replaces it.
+fn push_path(path: &mut String, part: &str) {
+    let unix_root = |p: &str| p.starts_with('/') || p.get(1..3) == Some(":/");
+    let windows_root = |p: &str| p.starts_with('\\') || p.get(1..3) == Some(":\\");
+    if unix_root(part) || windows_root(part) {
+        *path = part.to_string();
+        return;
+    }
+    let sep = if windows_root(path) { '\\' } else { '/' };
+    if !path.is_empty() && !path.ends_with(sep) {
+        path.push(sep);
+    }
+    path.push_str(part);
+}
+
+/// The name of a DIE: read, or still to be read from the one DIE its only name attribute
+/// (`DW_AT_abstract_origin` or `DW_AT_specification`) refers to. Most inlined subroutines are never on the chain
+/// of a probe, so their names are read only when they are (a reference that does not resolve is therefore only
+/// noticed then; `addr2line` notices it when it reads the function, and answers nothing for any address in it).
+enum Name {
+    Known(Option<Reader>),
+    Origin(gimli::AttributeValue<Reader>),
+}
+
+/// A `DW_TAG_inlined_subroutine`: name and call site.
+struct Inlined {
+    offset: gimli::UnitOffset,
+    name: Name,
+    call_file: Option<u64>,
+    call_line: u32,
+}
+
+/// A `DW_TAG_subprogram` that holds a probe: its name and its inlined subroutines.
+struct Function {
+    offset: gimli::UnitOffset,
+    name: Option<Reader>,
+    inlined: Vec<Inlined>,
+    /// `(range, inline depth, index into inlined)`, sorted by depth, then start.
+    inlined_ranges: Vec<(gimli::Range, usize, usize)>,
+}
+
+/// Reading one unit's DIEs.
+struct UnitReader<'a> {
+    index: &'a Index,
+    dwarf: &'a gimli::Dwarf<Reader>,
+    unit: gimli::UnitRef<'a, Reader>,
+}
+
+impl UnitReader<'_> {
+    /// Every `DW_TAG_subprogram` with an address range: `(DIE offsets, (range, index into the offsets))`, the
+    /// ranges sorted by start.
+    fn functions(&self) -> Result<Functions> {
+        let (mut offsets, mut ranges) = (Vec::new(), Vec::new());
+        let mut entries = self.unit.entries_raw(None)?;
+        while !entries.is_empty() {
+            let offset = entries.next_offset();
+            let Some(abbrev) = entries.read_abbreviation()? else { continue };
+            if abbrev.tag() != gimli::DW_TAG_subprogram {
+                entries.skip_attributes(abbrev.attributes())?;
+                continue;
+            }
+            let mut attrs = RangeAttrs::default();
+            for spec in abbrev.attributes() {
+                let attr = entries.read_attribute(*spec)?;
+                attrs.read(self.unit, &attr)?;
+            }
+            let n = offsets.len();
+            if attrs.for_each(self.unit, |r| ranges.push((r, n)))? {
+                offsets.push(offset);
+            }
+        }
+        ranges.sort_by_key(|r| r.0.begin);
+        Ok((offsets, ranges))
+    }
+
+    /// Reads the function at `offset`: name and inlined subroutines.
+    fn function(&self, offset: gimli::UnitOffset) -> Result<Function> {
+        let mut entries = self.unit.entries_raw(Some(offset))?;
+        let depth = entries.next_depth();
+        let abbrev = entries.read_abbreviation()?.ok_or(gimli::Error::NoEntryAtGivenOffset)?;
+        let mut name = None;
+        for spec in abbrev.attributes() {
+            let attr = entries.read_attribute(*spec)?;
+            self.read_name(&attr, &mut name)?;
+        }
+        let mut f = Function { offset, name, inlined: Vec::new(), inlined_ranges: Vec::new() };
+        self.children(&mut entries, depth, 0, &mut f)?;
+        f.inlined_ranges.sort_by_key(|r| (r.1, r.0.begin));
+        Ok(f)
+    }
+
+    /// Applies a name attribute: a linkage name wins, then `DW_AT_name`, then the origin's or specification's.
+    fn read_name(&self, attr: &gimli::Attribute<Reader>, name: &mut Option<Reader>) -> Result<()> {
+        match attr.name() {
+            gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name => {
+                if let Ok(v) = self.unit.attr_string(attr.value()) {
+                    *name = Some(v);
+                }
+            }
+            gimli::DW_AT_name if name.is_none() => *name = self.unit.attr_string(attr.value()).ok(),
+            gimli::DW_AT_abstract_origin | gimli::DW_AT_specification if name.is_none() => {
+                *name = name_from(self.index, self.dwarf, self.unit, attr.value(), 16)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Reads the DIEs below `depth`: inlined subroutines (at `inline_depth`) and, inside them, deeper ones;
+    /// nested subprograms are skipped whole.
+    fn children(
+        &self,
+        entries: &mut gimli::EntriesRaw<'_, '_, Reader>,
+        depth: isize,
+        inline_depth: usize,
+        f: &mut Function,
+    ) -> Result<()> {
+        loop {
+            let offset = entries.next_offset();
+            let next_depth = entries.next_depth();
+            if next_depth <= depth {
+                return Ok(());
+            }
+            let Some(abbrev) = entries.read_abbreviation()? else { continue };
+            match abbrev.tag() {
+                gimli::DW_TAG_subprogram => {
+                    entries.skip_attributes(abbrev.attributes())?;
+                    while entries.next_depth() > next_depth {
+                        if let Some(a) = entries.read_abbreviation()? {
+                            entries.skip_attributes(a.attributes())?;
+                        }
+                    }
+                }
+                gimli::DW_TAG_inlined_subroutine => {
+                    let mut attrs = RangeAttrs::default();
+                    let mut inl = Inlined { offset, name: Name::Known(None), call_file: None, call_line: 0 };
+                    // Name attributes in order; a lone origin/specification is kept for later.
+                    let (mut name, mut origin, mut names) = (None, None, 0);
+                    for spec in abbrev.attributes() {
+                        let attr = entries.read_attribute(*spec)?;
+                        if attrs.read(self.unit, &attr)? {
+                            continue;
+                        }
+                        match attr.name() {
+                            gimli::DW_AT_call_file => {
+                                // DWARF 5 numbers files from 0; before, 0 means no file.
+                                if let gimli::AttributeValue::FileIndex(fi) = attr.value() {
+                                    if fi > 0 || self.unit.header.version() >= 5 {
+                                        inl.call_file = Some(fi);
+                                    }
+                                }
+                            }
+                            gimli::DW_AT_call_line => inl.call_line = attr.udata_value().unwrap_or(0) as u32,
+                            gimli::DW_AT_abstract_origin | gimli::DW_AT_specification if names == 0 => {
+                                names += 1;
+                                origin = Some(attr);
+                            }
+                            gimli::DW_AT_linkage_name
+                            | gimli::DW_AT_MIPS_linkage_name
+                            | gimli::DW_AT_name
+                            | gimli::DW_AT_abstract_origin
+                            | gimli::DW_AT_specification => {
+                                names += 1;
+                                if let Some(o) = origin.take() {
+                                    self.read_name(&o, &mut name)?;
+                                }
+                                self.read_name(&attr, &mut name)?;
+                            }
+                            _ => {}
+                        }
+                    }
+                    inl.name = match origin {
+                        Some(o) => Name::Origin(o.value()),
+                        None => Name::Known(name),
+                    };
+                    let n = f.inlined.len();
+                    f.inlined.push(inl);
+                    attrs.for_each(self.unit, |r| f.inlined_ranges.push((r, inline_depth, n)))?;
+                    self.children(entries, next_depth, inline_depth + 1, f)?;
+                }
+                _ => entries.skip_attributes(abbrev.attributes())?,
+            }
+        }
+    }
+}
+
+/// The name a `DW_AT_abstract_origin`/`DW_AT_specification` value leads to (following up to `limit` links).
+fn name_from(
+    index: &Index,
+    dwarf: &gimli::Dwarf<Reader>,
+    unit: gimli::UnitRef<'_, Reader>,
+    value: gimli::AttributeValue<Reader>,
+    limit: usize,
+) -> Result<Option<Reader>> {
+    if limit == 0 {
+        return Ok(None);
+    }
+    let (unit, offset) = match value {
+        gimli::AttributeValue::UnitRef(off) => (unit, off),
+        gimli::AttributeValue::DebugInfoRef(off) => {
+            let (u, at) = index.unit_at(off)?;
+            (gimli::UnitRef::new(dwarf, u), at)
+        }
+        // No supplementary object file is ever loaded.
+        _ => return Ok(None),
+    };
+    let mut entries = unit.entries_raw(Some(offset))?;
+    let abbrev = entries.read_abbreviation()?.ok_or(gimli::Error::NoEntryAtGivenOffset)?;
+    let (mut name, mut next) = (None, None);
+    for spec in abbrev.attributes() {
+        let attr = entries.read_attribute(*spec)?;
+        match attr.name() {
+            gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name => {
+                if let Ok(v) = unit.attr_string(attr.value()) {
+                    return Ok(Some(v));
+                }
+            }
+            gimli::DW_AT_name => {
+                if let Ok(v) = unit.attr_string(attr.value()) {
+                    name = Some(v);
+                }
+            }
+            gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => next = Some(attr.value()),
+            _ => {}
+        }
+    }
+    match (name, next) {
+        (Some(n), _) => Ok(Some(n)),
+        (None, Some(next)) => name_from(index, dwarf, unit, next, limit - 1),
+        (None, None) => Ok(None),
+    }
+}
+
+/// A frame's source location before it becomes a [`SymbolInfo`]: file name and line.
+struct Location {
+    file: Option<String>,
+    line: Option<u32>,
+}
+
+/// Resolves the probes of one unit (`queries`: `(query index, probe)` sorted by probe); pushes `(query index,
+/// DWARF frames)` for each, `None` for those left to `addr2line`. `names`: the thread's demangled names.
+fn resolve_unit(
+    index: &Index,
+    dwarf: &gimli::Dwarf<Reader>,
+    unit_id: usize,
+    queries: &[(usize, u64)],
+    addresses: &[(u64, u64)],
+    names: &mut NameCache,
+    out: &mut Vec<(usize, Option<Vec<SymbolInfo>>)>,
+) -> Result<()> {
+    let unit = &index.units[unit_id].unit;
+    if unit.dwo_id.is_some() {
+        out.extend(queries.iter().map(|q| (q.0, None)));
+        return Ok(());
+    }
+    let reader = UnitReader { index, dwarf, unit: gimli::UnitRef::new(dwarf, unit) };
+    let (offsets, ranges) = reader.functions()?;
+    let probes: Vec<u64> = queries.iter().map(|q| q.1).collect();
+    let sweep = sweep_lines(reader.unit, &probes)?;
+    // The sequence each probe's row comes from: addr2line's search over the sequences sorted by start.
+    let mut sorted: Vec<(u64, u64, usize)> = sweep.sequences.iter().enumerate().map(|(i, s)| (s.0, s.1, i)).collect();
+    sorted.sort_by_key(|s| s.0);
+    // The hits come sequence by sequence; in probe order (a stable sort keeps the sequences' order per probe).
+    let mut hits = sweep.hits;
+    hits.sort_by_key(|h| h.0);
+    let mut hits = hits.iter().peekable();
+    let header = sweep.header.as_ref();
+    let mut files: HashMap<u64, Option<String>> = HashMap::new();
+    let mut file_name = |i: u64| -> Result<Option<String>> {
+        let Some(header) = header else { return Ok(None) };
+        if let Some(f) = files.get(&i) {
+            return Ok(f.clone());
+        }
+        let f = render_file(reader.unit, header, i)?;
+        files.insert(i, f.clone());
+        Ok(f)
+    };
+    let mut functions: HashMap<usize, Option<Function>> = HashMap::new();
+    // Names read through origins: (the reference is a `.debug_info` offset, offset) to name.
+    let mut origins: HashMap<(bool, usize), Option<Reader>> = HashMap::new();
+    for (k, &(qi, probe)) in queries.iter().enumerate() {
+        let seq = sorted
+            .binary_search_by(|s| {
+                if probe < s.0 {
+                    Ordering::Greater
+                } else if probe >= s.1 {
+                    Ordering::Less
+                } else {
+                    Ordering::Equal
+                }
+            })
+            .ok()
+            .map(|i| sorted[i].2);
+        let mut row = None;
+        while let Some(&&(hk, hs, hrow)) = hits.peek() {
+            if hk > k {
+                break;
+            }
+            if hk == k && Some(hs) == seq {
+                row = Some(hrow);
+            }
+            hits.next();
+        }
+        let location = match row.flatten() {
+            Some((file, line)) => Some(Location { file: file_name(file)?, line: (line != 0).then_some(line) }),
+            None => None,
+        };
+        let function = ranges
+            .binary_search_by(|(r, _)| {
+                if probe < r.begin {
+                    Ordering::Greater
+                } else if probe >= r.end {
+                    Ordering::Less
+                } else {
+                    Ordering::Equal
+                }
+            })
+            .ok()
+            .map(|i| ranges[i].1);
+        let Some(fi) = function else {
+            match location {
+                // addr2line would try the next unit that covers the probe.
+                None => out.push((qi, None)),
+                Some(l) => out.push((qi, Some(vec![frame(String::new(), None, l)]))),
+            }
+            continue;
+        };
+        let f = match functions.entry(fi) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(reader.function(offsets[fi]).ok()),
+        };
+        let Some(f) = f.as_ref() else {
+            out.push((qi, None));
+            continue;
+        };
+        let address = addresses[qi].0;
+        let start = |off: gimli::UnitOffset| die_start(&reader.unit, probe, off).map(|s| address.wrapping_sub(s));
+        let mut frames = Vec::new();
+        let mut loc = location;
+        let mut failed = false;
+        for inl in inlined_chain(f, probe).into_iter().rev() {
+            let here = loc.take().unwrap_or(Location { file: None, line: None });
+            let name = match &inl.name {
+                Name::Known(n) => n.clone(),
+                Name::Origin(value) => {
+                    let key = match value {
+                        gimli::AttributeValue::UnitRef(o) => Some((false, o.0)),
+                        gimli::AttributeValue::DebugInfoRef(o) => Some((true, o.0)),
+                        _ => None,
+                    };
+                    match key.and_then(|k| origins.get(&k)) {
+                        Some(n) => n.clone(),
+                        None => {
+                            let Ok(n) = name_from(index, dwarf, reader.unit, value.clone(), 16) else {
+                                failed = true;
+                                break;
+                            };
+                            if let Some(k) = key {
+                                origins.insert(k, n.clone());
+                            }
+                            n
+                        }
+                    }
+                }
+            };
+            frames.push(frame(demangled(names, name.as_ref())?, start(inl.offset), here));
+            let file = match inl.call_file {
+                Some(cf) => file_name(cf)?,
+                None => None,
+            };
+            loc = Some(Location { file, line: (inl.call_line != 0).then_some(inl.call_line) });
+        }
+        if failed {
+            // A name reference that does not resolve: addr2line answers nothing for the function.
+            out.push((qi, None));
+            continue;
+        }
+        let name = demangled(names, f.name.as_ref())?;
+        frames.push(frame(name, start(f.offset), loc.unwrap_or(Location { file: None, line: None })));
+        out.push((qi, Some(frames)));
+    }
+    Ok(())
+}
+
+/// The inlined subroutines holding `probe`, outermost first.
+fn inlined_chain(f: &Function, probe: u64) -> Vec<&Inlined> {
+    let mut chain = Vec::new();
+    let mut rest = &f.inlined_ranges[..];
+    loop {
+        let depth = chain.len();
+        let found = rest.binary_search_by(|(r, d, _)| {
+            d.cmp(&depth).then(if r.begin > probe {
+                Ordering::Greater
+            } else if r.end <= probe {
+                Ordering::Less
+            } else {
+                Ordering::Equal
+            })
+        });
+        let Ok(i) = found else { return chain };
+        chain.push(&f.inlined[rest[i].2]);
+        rest = &rest[i + 1..];
+    }
+}
+
+/// Demangled names already made by one thread, by where the raw name lies in the file (the linker merges equal
+/// strings of `.debug_str`, so a name is mostly at one place).
+type NameCache = HashMap<(usize, usize), String>;
+
+/// The demangled form of a raw DWARF name (empty without one), through `names`.
+fn demangled(names: &mut NameCache, raw: Option<&Reader>) -> Result<String> {
+    let Some(raw) = raw else { return Ok(String::new()) };
+    let key = (raw.bytes().as_ptr() as usize, raw.len());
+    if let Some(n) = names.get(&key) {
+        return Ok(n.clone());
+    }
+    let n = demangle::demangle(&raw.to_string_lossy()?);
+    names.insert(key, n.clone());
+    Ok(n)
+}
+
+/// One DWARF frame as [`super::dwarf_frames`] makes it from an `addr2line` frame (`name` demangled).
+fn frame(name: String, offset: Option<u64>, location: Location) -> SymbolInfo {
+    let line = location.file.as_ref().map(|_| u64::from(location.line.unwrap_or(0)));
+    SymbolInfo { name, offset, file: location.file, line, file_verbatim: false }
+}
+
+/// Resolves `queries` (`(address, probe)`, any order) on up to `threads` threads. Returns one entry per query, in
+/// order: the finished frames, or `None` for a query left to `addr2line`. `None` as a whole when the units could
+/// not be listed.
+pub(super) fn lookup(
+    dwarf: &gimli::Dwarf<Reader>,
+    symbols: &SymbolTable,
+    queries: &[(u64, u64)],
+    threads: usize,
+) -> Option<Vec<Option<Vec<SymbolInfo>>>> {
+    let index = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Index::parse(dwarf, threads))).ok()?.ok()?;
+    let mut out: Vec<Option<Vec<SymbolInfo>>> = vec![None; queries.len()];
+    // (first unit, probe, query index), sorted: each unit's probes in a row, in address order.
+    let mut order: Vec<(usize, u64, usize)> = Vec::with_capacity(queries.len());
+    for (i, &(address, probe)) in queries.iter().enumerate() {
+        match index.first_unit(probe) {
+            Some(u) => order.push((u, probe, i)),
+            // No unit: addr2line finds no frame either (a probe of u64::MAX is left to it).
+            None if probe != u64::MAX => out[i] = Some(symbols.finish_lookup(Vec::new(), address, probe)),
+            None => {}
+        }
+    }
+    order.sort_unstable();
+    // One work item per unit: (unit, its probes), biggest unit first.
+    let mut work: Vec<(usize, Vec<(usize, u64)>)> = Vec::new();
+    for &(u, probe, i) in &order {
+        match work.last_mut() {
+            Some((wu, list)) if *wu == u => list.push((i, probe)),
+            _ => work.push((u, vec![(i, probe)])),
+        }
+    }
+    work.sort_by_key(|(u, _)| std::cmp::Reverse(index.units[*u].unit.header.length_including_self()));
+    let next = AtomicUsize::new(0);
+    let results = Mutex::new(Vec::new());
+    let run = || {
+        let mut mine = Vec::new();
+        let mut names = NameCache::new();
+        loop {
+            let w = next.fetch_add(1, AtomicOrdering::Relaxed);
+            let Some((u, list)) = work.get(w) else { break };
+            let mut got = Vec::with_capacity(list.len());
+            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                resolve_unit(&index, dwarf, *u, list, queries, &mut names, &mut got)
+            }));
+            match ok {
+                Ok(Ok(())) => mine.extend(got.into_iter().map(|(i, frames)| {
+                    let (address, probe) = queries[i];
+                    (i, frames.map(|f| symbols.finish_lookup(f, address, probe)))
+                })),
+                // The unit's DWARF did not parse (or a parser panicked): addr2line answers for it.
+                _ => mine.extend(list.iter().map(|q| (q.0, None))),
+            }
+        }
+        if let Ok(mut r) = results.lock() {
+            r.push(mine);
+        }
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..threads.clamp(1, 8).min(work.len().max(1)) {
+            scope.spawn(run);
+        }
+        run();
+    });
+    for (i, frames) in results.into_inner().ok()?.into_iter().flatten() {
+        out[i] = frames;
+    }
+    Some(out)
+}

@@ -1,0 +1,239 @@
+//! The unit-by-unit batch path (`DebugFile::lookup_batch`, `viewer atos`) against `addr2line` one address at a
+//! time (`DebugFile::lookup_batch_addr2line`, `viewer atos --via-addr2line`): the same frames (function, offset,
+//! file, line, inline chain) for every address of real binaries, and byte-identical `viewer atos` output.
+//!
+//! Binaries: C programs built here by `cc -g -O2` (four translation units, inline functions from a header in
+//! another directory, nested inlining), as DWARF 5 and DWARF 4; this test binary itself (Rust, thousands of units);
+//! the Mach-O dSYM fixture built by `tests/fixtures/macho-built/make.sh`.
+
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use viewer::crashlog::SymbolInfo;
+use viewer::symbols::{identify, DebugFile};
+
+/// `inc/util.h`: inline helpers, some calling others (chains two and three deep once inlined).
+const HEADER: &str = r#"
+static inline int mix(int x, int k) { return (x * 31) ^ (k + (x >> 3)); }
+static inline int fold(int x, int n) {
+    int s = 0;
+    for (int i = 0; i < n; i++) s += mix(x + i, i);
+    return s;
+}
+static inline __attribute__((always_inline)) int twice(int x, int n) { return fold(x, n) + fold(n, x & 7); }
+"#;
+
+/// One translation unit: `count` out-of-line functions named `prefix_N`, each with inlined helpers of its own and
+/// from the header.
+fn unit_source(prefix: &str, count: usize) -> String {
+    let mut s = String::from("#include \"util.h\"\nextern volatile int sink;\n");
+    for i in 0..count {
+        s += &format!(
+            "static inline int {prefix}_step{i}(int x) {{ if (x & 1) sink += x; return twice(x, {m}) - x * {i}; }}\n\
+             __attribute__((noinline)) int {prefix}_{i}(int x) {{\n\
+             \x20   int r = {prefix}_step{i}(x);\n\
+             \x20   for (int j = 0; j < (x & 15); j++) r ^= mix(r, j) + {prefix}_step{i}(j);\n\
+             \x20   return r;\n\
+             }}\n",
+            m = i % 5 + 2
+        );
+    }
+    s
+}
+
+/// Builds the C program into `dir` with `-g -O2` and the extra flags; returns its path.
+fn build_c(dir: &Path, flags: &[&str]) -> PathBuf {
+    let inc = dir.join("inc");
+    std::fs::create_dir_all(&inc).unwrap();
+    std::fs::write(inc.join("util.h"), HEADER).unwrap();
+    let mut sources = Vec::new();
+    for (prefix, count) in [("alpha", 12), ("beta", 9), ("gamma", 15)] {
+        let p = dir.join(format!("{prefix}.c"));
+        std::fs::write(&p, unit_source(prefix, count)).unwrap();
+        sources.push(p);
+    }
+    let main = dir.join("main.c");
+    let mut m = String::from("volatile int sink;\n");
+    let mut calls = String::new();
+    for (prefix, count) in [("alpha", 12), ("beta", 9), ("gamma", 15)] {
+        for i in 0..count {
+            m += &format!("int {prefix}_{i}(int);\n");
+            calls += &format!("    t += {prefix}_{i}(argc + {i});\n");
+        }
+    }
+    m +=
+        &format!("int main(int argc, char **argv) {{\n    (void)argv;\n    int t = 0;\n{calls}    return t & 1;\n}}\n");
+    std::fs::write(&main, m).unwrap();
+    sources.push(main);
+    let out = dir.join("prog");
+    let st = Command::new("cc")
+        .args(["-g", "-O2"])
+        .args(flags)
+        .arg("-I")
+        .arg(&inc)
+        .arg("-o")
+        .arg(&out)
+        .args(&sources)
+        .status()
+        .expect("cc runs");
+    assert!(st.success(), "cc failed");
+    out
+}
+
+fn load(path: &Path) -> DebugFile {
+    let ident = identify(path).into_iter().next().expect("an object file");
+    let file = DebugFile::load(ident).expect("loads");
+    assert!(file.has_dwarf(), "{} has DWARF", path.display());
+    file
+}
+
+/// Every address inside the file's sized function symbols (every `step`-th one), plus a few outside any.
+fn function_addresses(path: &Path, step: u64, max: usize) -> Vec<u64> {
+    let data = std::fs::read(path).unwrap();
+    let obj = object::File::parse(&*data).unwrap();
+    let mut out = Vec::new();
+    let mut funcs: Vec<(u64, u64)> = obj
+        .symbols()
+        .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0 && s.address() > 0)
+        .map(|s| (s.address(), s.size()))
+        .collect();
+    funcs.sort();
+    // Spread over the whole text when capped: every function, then more offsets per function.
+    let per = (max / funcs.len().max(1)).max(1) as u64;
+    for (start, size) in funcs {
+        let take = (size / step).clamp(1, per);
+        let stride = (size / take).max(1);
+        out.extend((0..take).map(|k| start + k * stride));
+    }
+    out.truncate(max);
+    out.extend([0, 1, 0x10, u64::MAX - 1]);
+    out
+}
+
+/// Compares the batch path with addr2line for `addresses` (as both address and probe, and as a return address
+/// probed one byte before); returns how many came with an inlined frame and how many with a file name.
+fn compare(file: &DebugFile, addresses: &[u64], threads: usize) -> (usize, usize) {
+    let mut queries: Vec<(u64, u64)> = addresses.iter().map(|&a| (a, a)).collect();
+    queries.extend(addresses.iter().filter(|&&a| a > 0).map(|&a| (a, a - 1)));
+    let want = file.lookup_batch_addr2line(&queries);
+    let (got, left) = file.lookup_batch_units(&queries, threads);
+    assert_eq!(got.len(), queries.len());
+    // The batch path answers (nearly) everything itself: the comparison is not addr2line against itself.
+    assert!(left * 100 <= queries.len(), "{left} of {} queries were left to addr2line", queries.len());
+    let (mut inlined, mut with_file) = (0, 0);
+    for (q, (g, w)) in queries.iter().zip(got.iter().zip(&want)) {
+        assert_eq!(g, w, "query (address, probe) {q:#x?}");
+        inlined += usize::from(g.len() >= 2);
+        with_file += usize::from(g.iter().any(|f: &SymbolInfo| f.file.is_some()));
+    }
+    // The default batch entry point agrees too.
+    assert_eq!(file.lookup_batch(&queries), want);
+    (inlined, with_file)
+}
+
+fn check_c_program(flags: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build_c(dir.path(), flags);
+    let file = load(&prog);
+    let addresses = function_addresses(&prog, 1, 20_000);
+    assert!(addresses.len() > 2000, "only {} addresses", addresses.len());
+    let (inlined, with_file) = compare(&file, &addresses, 3);
+    assert!(inlined > 500, "only {inlined} queries had an inlined frame");
+    assert!(with_file > 2000, "only {with_file} queries had a source file");
+    // Some inline chains are three deep (twice -> fold -> mix) and name the header in its own directory.
+    let deep = addresses.iter().map(|&a| file.lookup(a, a)).find(|f| f.len() >= 4).expect("a chain of 3 inlines");
+    assert!(deep.iter().any(|f| f.file.as_deref().is_some_and(|p| p.ends_with("inc/util.h"))), "{deep:?}");
+    compare(&file, &addresses, 1);
+}
+
+#[test]
+fn c_program_dwarf5_batch_matches_addr2line() {
+    check_c_program(&["-gdwarf-5"]);
+}
+
+#[test]
+fn c_program_dwarf4_batch_matches_addr2line() {
+    check_c_program(&["-gdwarf-4"]);
+}
+
+#[test]
+fn rust_test_binary_batch_matches_addr2line() {
+    let exe = std::env::current_exe().unwrap();
+    let file = load(&exe);
+    let addresses = function_addresses(&exe, 7, 6000);
+    let (inlined, with_file) = compare(&file, &addresses, 2);
+    // A debug build inlines little (`#[inline(always)]` functions of std and the dependencies).
+    assert!(inlined > 20, "only {inlined} queries had an inlined frame");
+    assert!(with_file > 5000, "only {with_file} queries had a source file");
+}
+
+#[test]
+fn macho_dsym_batch_matches_addr2line() {
+    let dwarf = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/macho-built/crashy.dSYM/Contents/Resources/DWARF/crashy");
+    let file = load(&dwarf);
+    let data = std::fs::read(&dwarf).unwrap();
+    let obj = object::File::parse(&*data).unwrap();
+    let text = obj.section_by_name("__text").expect("__text");
+    let addresses: Vec<u64> = (text.address()..text.address() + text.size()).collect();
+    assert!(addresses.len() >= 64, "{} addresses", addresses.len());
+    let (_, with_file) = compare(&file, &addresses, 2);
+    assert!(with_file * 10 > addresses.len() * 9, "only {with_file} of {} had a source file", addresses.len());
+}
+
+/// The batch path's own line-program decoder gives the same rows (address, file, line, end of sequence) as
+/// `gimli`'s in every unit of every binary here, and of the file named by `ATOS_BATCH_CHECK_FILE` when set (a
+/// release build, say).
+#[test]
+fn line_program_decoder_matches_gimli() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = vec![
+        build_c(&dir.path().join("v5"), &["-gdwarf-5"]),
+        build_c(&dir.path().join("v4"), &["-gdwarf-4"]),
+        std::env::current_exe().unwrap(),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/macho-built/crashy.dSYM/Contents/Resources/DWARF/crashy"),
+    ];
+    files.extend(std::env::var_os("ATOS_BATCH_CHECK_FILE").map(PathBuf::from));
+    for f in files {
+        let compared = load(&f).check_line_sequences().unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        assert!(compared >= 1, "{}: no unit compared", f.display());
+    }
+}
+
+/// `viewer atos` with the addresses on standard input; returns standard output.
+fn run_atos(prog: &Path, addresses: &[u64], extra: &[&str]) -> Vec<u8> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_viewer"))
+        .args(["atos", "-o"])
+        .arg(prog)
+        .args(["-l", "0x0"])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input: String = addresses.iter().map(|a| format!("{a:#x}\n")).collect();
+    let mut stdin = child.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap().unwrap();
+    assert!(out.status.success());
+    out.stdout
+}
+
+#[test]
+fn viewer_atos_output_is_byte_identical_to_addr2line_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build_c(dir.path(), &[]);
+    let exe = std::env::current_exe().unwrap();
+    for (file, addresses) in [(&prog, function_addresses(&prog, 1, 8000)), (&exe, function_addresses(&exe, 11, 3000))] {
+        assert!(addresses.len() > 2048, "enough addresses to split the formatting over threads");
+        let batch = run_atos(file, &addresses, &[]);
+        let oracle = run_atos(file, &addresses, &["--via-addr2line"]);
+        let text = String::from_utf8(batch.clone()).unwrap();
+        assert!(text.lines().count() > addresses.len(), "inline frames give more lines than addresses");
+        assert!(text.contains("[inlined]") && (text.contains(".c:") || text.contains(".rs:")), "{}", &text[..500]);
+        assert!(batch == oracle, "viewer atos output differs for {}", file.display());
+    }
+}
