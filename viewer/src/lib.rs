@@ -199,28 +199,27 @@ pub struct AtosResult {
 /// Resolves runtime addresses against one debug file loaded at `load_address` (the runtime address of the image
 /// start: Mach-O header / first ELF segment). Looks up each address exactly as given (like Apple's `atos`).
 pub fn atos(file: &symbols::DebugFile, load_address: u64, addresses: &[u64]) -> Vec<AtosResult> {
-    let queries: Vec<(u64, u64)> = addresses
+    let frames = file.lookup_batch(&atos_queries(file, load_address, addresses));
+    addresses.iter().zip(frames).map(|(&address, frames)| AtosResult { address, frames }).collect()
+}
+
+/// [`atos`]'s queries: each runtime address moved to the debug file's addresses (minus `load_address`, plus the
+/// file's image base), looked up exactly as given (the probe is the address itself).
+fn atos_queries(file: &symbols::DebugFile, load_address: u64, addresses: &[u64]) -> Vec<(u64, u64)> {
+    addresses
         .iter()
         .map(|&address| {
             let svma = address.wrapping_sub(load_address).wrapping_add(file.image_base);
             (svma, svma)
         })
-        .collect();
-    addresses.iter().zip(file.lookup_batch(&queries)).map(|(&address, frames)| AtosResult { address, frames }).collect()
+        .collect()
 }
 
 /// [`atos`] through `addr2line` one address at a time ([`symbols::DebugFile::lookup_batch_addr2line`]), the
 /// reference the tests compare [`atos`] with.
 #[doc(hidden)]
 pub fn atos_addr2line(file: &symbols::DebugFile, load_address: u64, addresses: &[u64]) -> Vec<AtosResult> {
-    let queries: Vec<(u64, u64)> = addresses
-        .iter()
-        .map(|&address| {
-            let svma = address.wrapping_sub(load_address).wrapping_add(file.image_base);
-            (svma, svma)
-        })
-        .collect();
-    let frames = file.lookup_batch_addr2line(&queries);
+    let frames = file.lookup_batch_addr2line(&atos_queries(file, load_address, addresses));
     addresses.iter().zip(frames).map(|(&address, frames)| AtosResult { address, frames }).collect()
 }
 
