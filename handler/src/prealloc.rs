@@ -209,12 +209,13 @@ pub(crate) fn reserve_report_file(dir: &Path, dir_fd: i32, bytes: usize) -> Resu
 #[allow(unsafe_code)]
 fn claim_spare(dir: &Path, dir_fd: i32, bytes: usize) -> Option<(i32, String)> {
     let entries = std::fs::read_dir(dir).ok()?;
-    let mut buf = vec![0u8; bytes];
+    // The zero check reads in chunks of at most 64 KiB (the default reservation in one read).
+    let mut buf = vec![0u8; bytes.clamp(1, 64 * 1024)];
     for e in entries.flatten() {
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
-        let suffix = std::str::from_utf8(crate::crash::writer::RESERVED_SUFFIX).unwrap_or(".reserved");
-        if !name.starts_with('.') || !name.ends_with(suffix) || name.len() >= 64 {
+        let reservation = name.starts_with('.') && name.as_bytes().ends_with(crate::crash::writer::RESERVED_SUFFIX);
+        if !reservation || name.len() >= 64 {
             continue;
         }
         let Ok(c) = std::ffi::CString::new(name) else { continue };
@@ -224,7 +225,7 @@ fn claim_spare(dir: &Path, dir_fd: i32, bytes: usize) -> Option<(i32, String)> {
         if fd < 0 {
             continue;
         }
-        if spare_is_claimable(dir_fd, fd, &c, &mut buf) {
+        if spare_is_claimable(dir_fd, fd, &c, bytes, &mut buf) {
             return Some((fd, name.to_owned()));
         }
         // SAFETY: closing the descriptor opened above (its lock, if taken, goes with it).
@@ -233,10 +234,11 @@ fn claim_spare(dir: &Path, dir_fd: i32, bytes: usize) -> Option<(i32, String)> {
     None
 }
 
-/// [`claim_spare`]'s checks on one open candidate `fd` named `name` in `dir_fd`; `buf` has the wanted size.
+/// [`claim_spare`]'s checks on one open candidate `fd` named `name` in `dir_fd`, of `bytes` bytes wanted; `buf`
+/// (not empty) is scratch space for the zero check.
 #[cfg(unix)]
 #[allow(unsafe_code)]
-fn spare_is_claimable(dir_fd: i32, fd: i32, name: &std::ffi::CStr, buf: &mut [u8]) -> bool {
+fn spare_is_claimable(dir_fd: i32, fd: i32, name: &std::ffi::CStr, bytes: usize, buf: &mut [u8]) -> bool {
     // SAFETY: `fd` is open; flock has no memory arguments.
     if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         return false;
@@ -252,26 +254,32 @@ fn spare_is_claimable(dir_fd: i32, fd: i32, name: &std::ffi::CStr, buf: &mut [u8
     let euid = unsafe { libc::geteuid() };
     let fits = stated
         && (open.st_mode & libc::S_IFMT) == libc::S_IFREG
-        && usize::try_from(open.st_size).is_ok_and(|n| n == buf.len())
+        && usize::try_from(open.st_size).is_ok_and(|n| n == bytes)
         && open.st_nlink == 1
         && open.st_uid == euid
         && (open.st_dev, open.st_ino) == (named.st_dev, named.st_ino);
     if !fits {
         return false;
     }
+    // All zeros, read a chunk at a time; the first non-zero byte ends the check.
     let mut at = 0usize;
-    while at < buf.len() {
+    while at < bytes {
         let Ok(off) = libc::off_t::try_from(at) else { return false };
-        let rest = buf.get_mut(at..).unwrap_or_default();
-        // SAFETY: `rest` is writable for `rest.len()` bytes; `fd` is open for reading.
-        let r = unsafe { libc::pread(fd, rest.as_mut_ptr().cast(), rest.len(), off) };
+        let want = buf.len().min(bytes - at);
+        // SAFETY: `buf` is writable for `want <= buf.len()` bytes; `fd` is open for reading.
+        let r = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), want, off) };
         match usize::try_from(r) {
-            Ok(r) if r > 0 => at += r,
+            Ok(r) if r > 0 => {
+                if buf.get(..r).is_none_or(|got| got.iter().any(|b| *b != 0)) {
+                    return false;
+                }
+                at += r;
+            }
             _ if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => {}
             _ => return false,
         }
     }
-    buf.iter().all(|b| *b == 0)
+    true
 }
 
 /// Whether files can be created in directory `dir_fd` (see [`open_report_dir`]); `Err(errno)` when not.
@@ -547,10 +555,27 @@ mod tests {
         fs::remove_file(dir.path().join(".1-a.reserved")).expect("rm");
         fs::write(dir.path().join(".1-a.reserved"), [0u8; 4096]).expect("a new file under the same name");
         let c = std::ffi::CString::new(".1-a.reserved").expect("name");
-        let mut buf = vec![0u8; 4096];
-        assert!(!super::spare_is_claimable(d.as_raw_fd(), f.as_raw_fd(), &c, &mut buf), "another inode by now");
+        let mut buf = vec![0u8; 1000];
+        assert!(!super::spare_is_claimable(d.as_raw_fd(), f.as_raw_fd(), &c, 4096, &mut buf), "another inode by now");
         let (fd, _) = claim_spare(dir.path(), d.as_raw_fd(), 4096).expect("the new file itself is claimable");
         // SAFETY: the claimed descriptor is ours.
         unsafe { libc::close(fd) };
+    }
+
+    /// The zero check reads in chunks: a byte written in a later chunk than the first is found too.
+    #[test]
+    fn the_zero_check_reads_every_chunk() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = fs::File::open(dir.path()).expect("open dir");
+        let c = std::ffi::CString::new(".1-a.reserved").expect("name");
+        let mut bytes = vec![0u8; 4096];
+        let check = |bytes: &[u8]| {
+            fs::write(dir.path().join(".1-a.reserved"), bytes).expect("write");
+            let f = fs::File::options().read(true).write(true).open(dir.path().join(".1-a.reserved")).expect("open");
+            super::spare_is_claimable(d.as_raw_fd(), f.as_raw_fd(), &c, 4096, &mut [0u8; 1000])
+        };
+        assert!(check(&bytes), "all zeros, read in five chunks");
+        bytes[4095] = 1;
+        assert!(!check(&bytes), "the last byte of the last chunk");
     }
 }

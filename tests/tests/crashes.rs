@@ -829,7 +829,7 @@ fn a_later_launch_writes_its_report_into_the_reservation_an_earlier_process_left
     assert_eq!(run.signal, Some(SIGSEGV), "{ctx}");
     assert_eq!(run.count("all_allocs"), Some(0), "{ctx}");
     assert_eq!(run.reports.len(), 1, "{ctx}");
-    assert!(run.leftovers.is_empty() && run.spares.is_empty(), "files left: {:?}; {ctx}", run.leftovers);
+    assert!(run.leftovers.is_empty() && run.spares.is_empty(), "left: {:?} {:?}; {ctx}", run.leftovers, run.spares);
     assert_eq!(std::fs::metadata(&run.reports[0]).expect("report").ino(), spare_ino, "{ctx}");
     let d = report_format::decode(&std::fs::read(&run.reports[0]).expect("read")).expect("decodes");
     assert!(d.is_intact(), "{:?}; {ctx}", d.problems);
