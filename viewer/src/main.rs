@@ -119,7 +119,9 @@ fn run_symbolicate(a: SymbolicateArgs) -> u8 {
             return EXIT_INPUT;
         }
     };
-    let mut store = if a.no_auto_symbols { SymbolStore::only(a.symbols) } else { SymbolStore::new(a.symbols) };
+    // A one-shot command: debug files are mapped, not read (see `DebugFile::load_mapped` for what that accepts).
+    let mut store =
+        if a.no_auto_symbols { SymbolStore::only(a.symbols) } else { SymbolStore::new(a.symbols) }.with_mapped_files();
     // An .ips with a JSON body is rendered (symbolicated) the way `viewer render` does it.
     if viewer::ips::looks_like_ips(&bytes) {
         if let Ok(mut loaded @ Loaded::Ips(_)) = viewer::load(&bytes) {
@@ -296,7 +298,9 @@ fn run_render(a: RenderArgs) -> u8 {
             return EXIT_INPUT;
         }
     };
-    let mut store = if a.no_auto_symbols { SymbolStore::only(a.symbols) } else { SymbolStore::new(a.symbols) };
+    // A one-shot command: debug files are mapped, not read (see `DebugFile::load_mapped` for what that accepts).
+    let mut store =
+        if a.no_auto_symbols { SymbolStore::only(a.symbols) } else { SymbolStore::new(a.symbols) }.with_mapped_files();
     let layout = if a.legacy { Layout::Legacy } else { Layout::Modern };
     let format = match a.format {
         OutFormat::Text => Format::Text,

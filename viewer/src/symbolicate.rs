@@ -5,8 +5,9 @@
 //! functions get one line each, innermost first, marked `[inlined]`. Frames that already carry a symbol (Apple's
 //! `.ips` system frames) are left as they are.
 
-use crate::crashlog::{CrashLog, FrameLog};
+use crate::crashlog::{CrashLog, FrameLog, SymbolInfo};
 use crate::symbols::{DebugFile, ImageQuery, SymbolStore};
+use std::collections::HashMap;
 use std::rc::Rc;
 
 /// Translates a runtime address of an image into the debug file's link-time address (SVMA): `address - slide`
@@ -46,20 +47,41 @@ pub fn symbolicate(log: &mut CrashLog, store: &mut SymbolStore) {
             })
         })
         .collect();
+    // What a frame asks of its image's debug file: (image, SVMA, probe); `None` when it asks nothing.
+    let images = &log.images;
+    let key = |f: &FrameLog| -> Option<(usize, u64, u64)> {
+        let i = f.image.filter(|_| f.symbol.is_none())?;
+        let file = files.get(i)?.as_ref()?;
+        let im = images.get(i)?;
+        let svma = to_svma(f.address, im.base, im.slide, file);
+        Some((i, svma, if f.is_return_address() { svma.wrapping_sub(1) } else { svma }))
+    };
+    // Each distinct question is asked once, every debug file's in one batch (threads of a report share most of
+    // their frames; a batch reads each compilation unit once, see `DebugFile::lookup_batch`).
+    let mut queries: Vec<Vec<(u64, u64)>> = vec![Vec::new(); images.len()];
+    let mut slot: HashMap<(usize, u64, u64), usize> = HashMap::new();
+    for f in log.threads.iter().flat_map(|t| &t.frames).chain(&log.last_exception_backtrace) {
+        if let Some(k @ (i, svma, probe)) = key(f) {
+            slot.entry(k).or_insert_with(|| {
+                queries[i].push((svma, probe));
+                queries[i].len() - 1
+            });
+        }
+    }
+    let answers: Vec<Vec<Vec<SymbolInfo>>> = files
+        .iter()
+        .zip(&queries)
+        .map(|(file, q)| match file {
+            Some(file) if !q.is_empty() => file.lookup_batch(q),
+            _ => Vec::new(),
+        })
+        .collect();
     let lists = log.threads.iter_mut().map(|t| &mut t.frames).chain([&mut log.last_exception_backtrace]);
     for frames in lists {
         let old = std::mem::take(frames);
         let mut new: Vec<FrameLog> = Vec::with_capacity(old.len());
         for f in old {
-            let resolved = match (f.symbol.is_none(), f.image) {
-                (true, Some(i)) => files.get(i).and_then(|x| x.as_ref()).map(|file| {
-                    let im = &log.images[i];
-                    let svma = to_svma(f.address, im.base, im.slide, file);
-                    let probe = if f.is_return_address() { svma.wrapping_sub(1) } else { svma };
-                    file.lookup(svma, probe)
-                }),
-                _ => None,
-            };
+            let resolved = key(&f).and_then(|k| slot.get(&k).and_then(|&n| answers[k.0].get(n)).cloned());
             match resolved {
                 Some(syms) if !syms.is_empty() => {
                     let n = syms.len();

@@ -214,6 +214,11 @@ pub struct DebugFile {
     dwarf: std::cell::OnceCell<Option<Context<Reader>>>,
     /// Set when a DWARF lookup panicked inside a library (corrupt debug info); DWARF is not used again.
     dwarf_broken: std::cell::Cell<bool>,
+    /// The units listed for batches (`symbols/batch.rs`), built on the first batch that needs them: `None` inside
+    /// when the file has no DWARF or its units cannot be listed.
+    units: std::cell::OnceCell<Option<batch::Units>>,
+    /// Answers of [`DebugFile::lookup_batch`] by `(address, probe)`, at most [`KEPT_ANSWERS_MAX`].
+    answers: std::cell::RefCell<HashMap<(u64, u64), Vec<SymbolInfo>>>,
 }
 
 impl std::fmt::Debug for DebugFile {
@@ -250,8 +255,11 @@ impl std::error::Error for LoadError {}
 /// Batches smaller than this are resolved on the calling thread: a second DWARF context costs more than it saves.
 const PARALLEL_BATCH_MIN: usize = 2048;
 
-/// Batches smaller than this are resolved one address at a time by `addr2line` (whose tables stay cached for the
-/// next lookup); larger ones unit by unit (`batch`).
+/// How many answers a [`DebugFile`] keeps for later batches (a few MB at most).
+const KEPT_ANSWERS_MAX: usize = 65_536;
+
+/// Batches smaller than this are resolved one address at a time by `addr2line` when it already holds the file's
+/// tables (they stay cached for the next lookup); other batches unit by unit (`batch`).
 const UNIT_BATCH_MIN: usize = 64;
 
 impl DebugFile {
@@ -267,8 +275,8 @@ impl DebugFile {
     /// read, and nothing is copied. When the file cannot be mapped it is read as [`DebugFile::load`] does.
     ///
     /// A mapped file that another process truncates while it is in use makes the next access to the lost pages
-    /// raise SIGBUS, which ends the process; for that reason only one-shot commands (`viewer atos`) map, and
-    /// long-running users (the collector) read.
+    /// raise SIGBUS, which ends the process; for that reason only the one-shot commands (`viewer REPORT`, `viewer
+    /// symbolicate`, `viewer atos`) map, and long-running users (the collector) read.
     ///
     /// # Errors
     /// As [`DebugFile::load`].
@@ -313,6 +321,8 @@ impl DebugFile {
             sections,
             dwarf: std::cell::OnceCell::new(),
             dwarf_broken: std::cell::Cell::new(false),
+            units: std::cell::OnceCell::new(),
+            answers: Default::default(),
         })
     }
 
@@ -359,15 +369,37 @@ impl DebugFile {
     /// [`DebugFile::lookup`] for many `(address, probe)` pairs; the results are in the order of `queries`, and the
     /// same as one [`DebugFile::lookup`] per query.
     ///
-    /// A batch of 64 queries or more is resolved unit by unit: the queries are grouped by the compilation unit that
-    /// covers them and each unit's line program and DIE tree are read once for all of its queries, the units
-    /// spread over the cores (see `symbols/batch.rs`). Queries that path leaves (odd or corrupt DWARF) get
-    /// [`DebugFile::lookup`].
+    /// The batch is resolved unit by unit: the queries are grouped by the compilation unit that covers them and
+    /// each unit's line program and DIE tree are read once for all of its queries, the units spread over the cores
+    /// (see `symbols/batch.rs`). The list of units is built on the first batch and kept with the file. Two cases
+    /// go to `addr2line` instead: a batch of fewer than 64 queries when `addr2line` already holds this file's
+    /// tables (from earlier [`DebugFile::lookup`] calls, which it keeps per unit), and the queries the unit path
+    /// leaves (odd or corrupt DWARF).
+    ///
+    /// Answers are kept with the file (up to 65,536 of them) and a later batch asking the same `(address, probe)`
+    /// gets them again without a lookup: the threads of a report, and the reports a store serves one after
+    /// another, share most of their frames.
     pub fn lookup_batch(&self, queries: &[(u64, u64)]) -> Vec<Vec<SymbolInfo>> {
-        if queries.len() < UNIT_BATCH_MIN {
-            return queries.iter().map(|&(a, p)| self.lookup(a, p)).collect();
+        let mut out: Vec<Option<Vec<SymbolInfo>>> = {
+            let kept = self.answers.borrow();
+            queries.iter().map(|q| kept.get(q).cloned()).collect()
+        };
+        let missing: Vec<usize> = (0..queries.len()).filter(|&i| out[i].is_none()).collect();
+        let asked: Vec<(u64, u64)> = missing.iter().map(|&i| queries[i]).collect();
+        let addr2line_ready = matches!(self.dwarf.get(), Some(Some(_)));
+        let got = if asked.is_empty() || (asked.len() < UNIT_BATCH_MIN && addr2line_ready) {
+            asked.iter().map(|&(a, p)| self.lookup(a, p)).collect()
+        } else {
+            self.lookup_batch_units(&asked, cores()).0
+        };
+        let mut kept = self.answers.borrow_mut();
+        for (i, frames) in missing.into_iter().zip(got) {
+            if kept.len() < KEPT_ANSWERS_MAX {
+                kept.insert(queries[i], frames.clone());
+            }
+            out[i] = Some(frames);
         }
-        self.lookup_batch_units(queries, cores()).0
+        out.into_iter().map(Option::unwrap_or_default).collect()
     }
 
     /// The unit-by-unit path of [`DebugFile::lookup_batch`] whatever the batch size, on up to `threads` threads
@@ -375,17 +407,23 @@ impl DebugFile {
     /// [`DebugFile::lookup`].
     #[doc(hidden)]
     pub fn lookup_batch_units(&self, queries: &[(u64, u64)], threads: usize) -> (Vec<Vec<SymbolInfo>>, usize) {
-        let dwarf = match self.dwarf_broken.get() {
-            false => gimli_dwarf(&self.sections).map(|mut d| {
-                // Units share abbreviation tables (Rust's codegen units do, a few each): parse each table once.
-                d.populate_abbreviations_cache(gimli::AbbreviationsCacheStrategy::Duplicates);
-                d
-            }),
+        let units = match self.dwarf_broken.get() {
+            false => self
+                .units
+                .get_or_init(|| {
+                    gimli_dwarf(&self.sections).and_then(|mut d| {
+                        // Units share abbreviation tables (Rust's codegen units do, a few each): parse each once.
+                        d.populate_abbreviations_cache(gimli::AbbreviationsCacheStrategy::Duplicates);
+                        batch::Units::new(d, threads)
+                    })
+                })
+                .as_ref(),
             true => None,
         };
-        let Some(found) = dwarf.and_then(|d| batch::lookup(&d, &self.symbols, queries, threads)) else {
+        let Some(units) = units else {
             return (self.lookup_batch_addr2line(queries), queries.len());
         };
+        let found = batch::lookup(units, &self.symbols, queries, threads);
         let mut left = 0;
         let frames = found
             .into_iter()
@@ -1053,5 +1091,39 @@ mod tests {
             named += usize::from(!got.is_empty());
         }
         assert!(named >= queries.len() - 2, "only {named} of {} queries named a function", queries.len());
+    }
+
+    /// A small batch on a file `addr2line` has not read yet goes unit by unit and keeps the listed units for the
+    /// next batch; once `addr2line` holds the file's tables a small batch goes through them. Both give, query by
+    /// query, what `lookup` gives.
+    #[test]
+    fn a_small_batch_on_a_fresh_file_lists_the_units_once() {
+        let exe = std::env::current_exe().unwrap();
+        let ident = identify(&exe).into_iter().next().expect("the test binary is an object file");
+        let file = DebugFile::load(ident).unwrap();
+        let funcs: Vec<(u64, u64)> = file.symbols.entries.iter().map(|s| (s.start, s.end)).collect();
+        let queries: Vec<(u64, u64)> = (0..10u64)
+            .map(|k| funcs[(k.wrapping_mul(2_654_435_761) % funcs.len() as u64) as usize])
+            .map(|(start, end)| (start + (end - start) / 2, start + (end - start) / 2))
+            .collect();
+        assert!(file.units.get().is_none() && file.dwarf.get().is_none());
+        let first = file.lookup_batch(&queries);
+        assert!(matches!(file.units.get(), Some(Some(_))), "the units were listed and kept");
+        assert_eq!(file.answers.borrow().len(), queries.len(), "the answers were kept");
+        let single: Vec<Vec<SymbolInfo>> = queries.iter().map(|&(a, p)| file.lookup(a, p)).collect();
+        assert_eq!(first, single);
+        assert!(first.iter().filter(|f| !f.is_empty()).count() >= 9, "{first:?}");
+        // addr2line now holds the tables: new questions in a small batch go through them.
+        assert!(matches!(file.dwarf.get(), Some(Some(_))));
+        let shifted: Vec<(u64, u64)> = queries.iter().map(|&(a, p)| (a + 1, p + 1)).collect();
+        let expected: Vec<Vec<SymbolInfo>> = shifted.iter().map(|&(a, p)| file.lookup(a, p)).collect();
+        assert_eq!(file.lookup_batch(&shifted), expected);
+        assert_eq!(file.answers.borrow().len(), 2 * queries.len());
+        // The first batch again comes from the kept answers, not from a lookup: with DWARF marked broken a lookup
+        // would give the symbol table's names alone, without file and line.
+        file.dwarf_broken.set(true);
+        let k = single.iter().position(|f| f.iter().any(|s| s.line.is_some())).expect("a query with a line");
+        assert_ne!(file.lookup(queries[k].0, queries[k].1), single[k], "a lookup now loses the line");
+        assert_eq!(file.lookup_batch(&queries), single);
     }
 }

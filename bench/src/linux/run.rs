@@ -975,10 +975,11 @@ fn viewer_tables(ctx: &Ctx, samples: &[CrashSample]) -> Result<String, String> {
          calls deep) \
          plus the crashed main thread, {bytes} bytes, symbolicated against the benchmark binary ({fsize} bytes, \
          line tables) and rendered as Apple crash text. Library: `viewer::load` + a fresh `SymbolStore` + \
-         `render_loaded` in this process ({n} runs; includes parsing the debug file every time). Command line: \
+         `render_loaded` in this process ({n} runs; the debug file mapped, as the `viewer` command maps it, and parsed \
+         every time). Command line: \
          `viewer REPORT --symbols BIN --no-auto-symbols` as a process. {named} parked frames came out named.\n\n\
          | render | median ms | max ms |\n|---|---|---|\n\
-         | library, cold (debug file read and parsed in each run) | {lm} | {lx} |\n\
+         | library, cold (debug file mapped and parsed in each run) | {lm} | {lx} |\n\
          | library, warm (store already holds the debug file) | {wm} | {wx} |\n\
          | `viewer` command | {cm} | {cx} |\n\n\
          Batch symbolication: {na} addresses sampled inside function symbols of the benchmark binary (fixed seed), \

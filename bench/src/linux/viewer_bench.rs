@@ -6,12 +6,13 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-/// One render: decode, load the debug file, symbolicate, render Apple text. Returns the time in nanoseconds and
-/// how many frames of the parked threads were symbolicated to a `level_NN` function.
+/// One render: decode, load the debug file (mapped, as the `viewer` command loads it), symbolicate, render Apple
+/// text. Returns the time in nanoseconds and how many frames of the parked threads were symbolicated to a
+/// `level_NN` function.
 pub fn render_once(report: &[u8], symbols: &Path) -> Result<(f64, usize), String> {
     let t0 = Instant::now();
     let mut loaded = viewer::load(report).map_err(|e| e.to_string())?;
-    let mut store = viewer::SymbolStore::only(vec![symbols.to_path_buf()]);
+    let mut store = viewer::SymbolStore::only(vec![symbols.to_path_buf()]).with_mapped_files();
     let text = viewer::render_loaded(&mut loaded, viewer::Layout::Modern, viewer::Format::Text, Some(&mut store));
     let ns = t0.elapsed().as_nanos() as f64;
     let named = text.lines().filter(|l| l.contains(" level_")).count();

@@ -295,7 +295,10 @@ fn run_fast(header: &gimli::LineProgramHeader<Reader>, mut row: impl FnMut(Row))
             line.wrapping_add(by as u64)
         }
     };
-    let mut input = header.raw_program_buf();
+    // Decoded from a plain slice: splitting the shared-buffer reader for each extended opcode would count a
+    // reference up and down every time.
+    let program = header.raw_program_buf();
+    let mut input = gimli::EndianSlice::new(program.bytes(), program.endian());
     // The registers this needs (DWARF 5 section 6.2.2), as at the start of a sequence.
     let (mut address, mut file, mut line, mut tombstone) = (0u64, 1u64, 1u64, false);
     while !input.is_empty() {
@@ -475,6 +478,8 @@ fn sweep_lines(unit: gimli::UnitRef<'_, Reader>, probes: &[u64]) -> Result<Sweep
         let line = line as u32;
         match seq.last_mut() {
             Some(last) if last.0 == address => *last = (address, file, line),
+            // Without probes only the sequence's start is needed (listing a unit without ranges).
+            Some(_) if probes.is_empty() => {}
             _ => seq.push((address, file, line)),
         }
     };
@@ -961,16 +966,32 @@ fn frame(name: String, offset: Option<u64>, location: Location) -> SymbolInfo {
     SymbolInfo { name, offset, file: location.file, line, file_verbatim: false }
 }
 
+/// A file's DWARF with its units listed: what [`lookup`] needs, built once per file and kept for the next batch
+/// (the listing is most of a small batch's cost: it runs the line program of every unit without ranges).
+pub(super) struct Units {
+    dwarf: gimli::Dwarf<Reader>,
+    index: Index,
+}
+
+impl Units {
+    /// Lists the units of `dwarf` on up to `threads` threads; `None` when they cannot be listed (the DWARF does
+    /// not parse, or a parser panicked).
+    pub(super) fn new(dwarf: gimli::Dwarf<Reader>, threads: usize) -> Option<Units> {
+        let index =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Index::parse(&dwarf, threads))).ok()?.ok()?;
+        Some(Units { dwarf, index })
+    }
+}
+
 /// Resolves `queries` (`(address, probe)`, any order) on up to `threads` threads. Returns one entry per query, in
-/// order: the finished frames, or `None` for a query left to `addr2line`. `None` as a whole when the units could
-/// not be listed.
+/// order: the finished frames, or `None` for a query left to `addr2line`.
 pub(super) fn lookup(
-    dwarf: &gimli::Dwarf<Reader>,
+    units: &Units,
     symbols: &SymbolTable,
     queries: &[(u64, u64)],
     threads: usize,
-) -> Option<Vec<Option<Vec<SymbolInfo>>>> {
-    let index = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Index::parse(dwarf, threads))).ok()?.ok()?;
+) -> Vec<Option<Vec<SymbolInfo>>> {
+    let (dwarf, index) = (&units.dwarf, &units.index);
     let mut out: Vec<Option<Vec<SymbolInfo>>> = vec![None; queries.len()];
     // (first unit, probe, query index), sorted: each unit's probes in a row, in address order.
     let mut order: Vec<(usize, u64, usize)> = Vec::with_capacity(queries.len());
@@ -1002,7 +1023,7 @@ pub(super) fn lookup(
             let Some((u, list)) = work.get(w) else { break };
             let mut got = Vec::with_capacity(list.len());
             let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                resolve_unit(&index, dwarf, *u, list, queries, &mut names, &mut got)
+                resolve_unit(index, dwarf, *u, list, queries, &mut names, &mut got)
             }));
             match ok {
                 Ok(Ok(())) => mine.extend(got.into_iter().map(|(i, frames)| {
@@ -1023,8 +1044,9 @@ pub(super) fn lookup(
         }
         run();
     });
-    for (i, frames) in results.into_inner().ok()?.into_iter().flatten() {
+    // A poisoned lock (a thread panicked outside the guarded unit work) leaves every query to `addr2line`.
+    for (i, frames) in results.into_inner().unwrap_or_default().into_iter().flatten() {
         out[i] = frames;
     }
-    Some(out)
+    out
 }
