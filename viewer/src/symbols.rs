@@ -6,11 +6,12 @@
 //! `/usr/lib/debug/.build-id`, and at the image's own path when it exists on this machine. A file whose id does not
 //! match is never used; the store records a note saying so.
 //!
-//! Identification reads only headers and load commands (through `object::ReadCache`); a file is read and parsed in
-//! full once, on first use, and cached by path and slice ([`DebugFile`]): the symbol table is sorted by address once
-//! and DWARF is served by an `addr2line::Context` (built on first use), which indexes units and functions lazily
-//! and caches them. Large batches ([`DebugFile::lookup_batch`]) go through `batch`, which reads each unit once for
-//! all the batch's addresses in it.
+//! Identification reads only headers and load commands (through `object::ReadCache`); a file is read (or mapped, in
+//! the one-shot commands) and parsed once, on first use, and cached by path and slice ([`DebugFile`]): the symbol
+//! table is sorted by address once. Batches ([`DebugFile::lookup_batch`]: a report's frames, `atos`) go through
+//! `batch`, which lists the file's units once and reads each unit once for all the batch's addresses in it; single
+//! lookups go through an `addr2line::Context` (built on first use), which indexes units and functions lazily and
+//! caches them.
 
 mod batch;
 
@@ -199,7 +200,7 @@ fn macho_cpusubtype<'a, R: ReadRef<'a>>(f: &object::File<'a, R>) -> Option<u32> 
 
 /// A parsed debug file (or slice): symbol table and DWARF, ready for lookups.
 ///
-/// The file is read once into one shared buffer; the DWARF sections and the symbol names are ranges of it (only
+/// The file is read (or mapped) once into one shared buffer; the DWARF sections and the symbol names are ranges of it (only
 /// compressed sections get buffers of their own), so loading copies nothing else.
 pub struct DebugFile {
     /// Where it came from.
@@ -219,6 +220,8 @@ pub struct DebugFile {
     units: std::cell::OnceCell<Option<batch::Units>>,
     /// Answers of [`DebugFile::lookup_batch`] by `(address, probe)`, at most [`KEPT_ANSWERS_MAX`].
     answers: std::cell::RefCell<HashMap<(u64, u64), Vec<SymbolInfo>>>,
+    /// Batches that went unit by unit (tests check which path a batch took).
+    unit_batches: std::cell::Cell<usize>,
 }
 
 impl std::fmt::Debug for DebugFile {
@@ -255,8 +258,13 @@ impl std::error::Error for LoadError {}
 /// Batches smaller than this are resolved on the calling thread: a second DWARF context costs more than it saves.
 const PARALLEL_BATCH_MIN: usize = 2048;
 
-/// How many answers a [`DebugFile`] keeps for later batches (a few MB at most).
+/// How many answers a [`DebugFile`] keeps for later batches: a count, not a byte bound (an answer is its frames,
+/// each with a demangled name and a source path: about a quarter to one KiB).
 const KEPT_ANSWERS_MAX: usize = 65_536;
+
+/// Batches that leave more queries than this to look up are not kept ([`DebugFile::lookup_batch`]): a report's
+/// distinct frames are far fewer; a batch this large (`viewer atos`) is not asked again.
+const KEPT_BATCH_MAX: usize = 4_096;
 
 /// Batches smaller than this are resolved one address at a time by `addr2line` when it already holds the file's
 /// tables (they stay cached for the next lookup); other batches unit by unit (`batch`).
@@ -323,6 +331,7 @@ impl DebugFile {
             dwarf_broken: std::cell::Cell::new(false),
             units: std::cell::OnceCell::new(),
             answers: Default::default(),
+            unit_batches: std::cell::Cell::new(0),
         })
     }
 
@@ -372,13 +381,13 @@ impl DebugFile {
     /// The batch is resolved unit by unit: the queries are grouped by the compilation unit that covers them and
     /// each unit's line program and DIE tree are read once for all of its queries, the units spread over the cores
     /// (see `symbols/batch.rs`). The list of units is built on the first batch and kept with the file. Two cases
-    /// go to `addr2line` instead: a batch of fewer than 64 queries when `addr2line` already holds this file's
-    /// tables (from earlier [`DebugFile::lookup`] calls, which it keeps per unit), and the queries the unit path
-    /// leaves (odd or corrupt DWARF).
+    /// go to `addr2line` instead: fewer than 64 queries left to look up once this file's `addr2line` context
+    /// exists (built by an earlier [`DebugFile::lookup`]; it keeps each unit's tables), and the queries the unit
+    /// path leaves (odd or corrupt DWARF).
     ///
-    /// Answers are kept with the file (up to 65,536 of them) and a later batch asking the same `(address, probe)`
-    /// gets them again without a lookup: the threads of a report, and the reports a store serves one after
-    /// another, share most of their frames.
+    /// Answers are kept with the file (at most 65,536, from batches that left at most 4,096 queries to look up)
+    /// and a later batch asking the same `(address, probe)` gets them again without a lookup: the reports one
+    /// store renders one after another share most of their frames.
     pub fn lookup_batch(&self, queries: &[(u64, u64)]) -> Vec<Vec<SymbolInfo>> {
         let mut out: Vec<Option<Vec<SymbolInfo>>> = {
             let kept = self.answers.borrow();
@@ -392,9 +401,10 @@ impl DebugFile {
         } else {
             self.lookup_batch_units(&asked, cores()).0
         };
+        let keep = missing.len() <= KEPT_BATCH_MAX;
         let mut kept = self.answers.borrow_mut();
         for (i, frames) in missing.into_iter().zip(got) {
-            if kept.len() < KEPT_ANSWERS_MAX {
+            if keep && kept.len() < KEPT_ANSWERS_MAX {
                 kept.insert(queries[i], frames.clone());
             }
             out[i] = Some(frames);
@@ -411,11 +421,16 @@ impl DebugFile {
             false => self
                 .units
                 .get_or_init(|| {
-                    gimli_dwarf(&self.sections).and_then(|mut d| {
-                        // Units share abbreviation tables (Rust's codegen units do, a few each): parse each once.
-                        d.populate_abbreviations_cache(gimli::AbbreviationsCacheStrategy::Duplicates);
-                        batch::Units::new(d, threads)
-                    })
+                    // A panic in the parser (corrupt debug info) leaves the file without a unit list.
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        gimli_dwarf(&self.sections).and_then(|mut d| {
+                            // Units share abbreviation tables (Rust's codegen units do, a few each): parse each once.
+                            d.populate_abbreviations_cache(gimli::AbbreviationsCacheStrategy::Duplicates);
+                            batch::Units::new(d, threads)
+                        })
+                    }))
+                    .ok()
+                    .flatten()
                 })
                 .as_ref(),
             true => None,
@@ -423,6 +438,7 @@ impl DebugFile {
         let Some(units) = units else {
             return (self.lookup_batch_addr2line(queries), queries.len());
         };
+        self.unit_batches.set(self.unit_batches.get().saturating_add(1));
         let found = batch::lookup(units, &self.symbols, queries, threads);
         let mut left = 0;
         let frames = found
@@ -1036,7 +1052,7 @@ mod tests {
         assert_eq!(parse_image_id("é1"), None);
     }
 
-    /// A mapped debug file (what `viewer atos` uses) resolves every address as the same file read into memory, and
+    /// A mapped debug file (what the `viewer` commands use) resolves every address as the same file read into memory, and
     /// a store set to map loads mapped files.
     #[test]
     fn a_mapped_file_resolves_like_a_read_one() {
@@ -1097,7 +1113,7 @@ mod tests {
     /// next batch; once `addr2line` holds the file's tables a small batch goes through them. Both give, query by
     /// query, what `lookup` gives.
     #[test]
-    fn a_small_batch_on_a_fresh_file_lists_the_units_once() {
+    fn a_small_batch_on_a_fresh_file_goes_unit_by_unit_and_keeps_its_answers() {
         let exe = std::env::current_exe().unwrap();
         let ident = identify(&exe).into_iter().next().expect("the test binary is an object file");
         let file = DebugFile::load(ident).unwrap();
@@ -1109,6 +1125,7 @@ mod tests {
         assert!(file.units.get().is_none() && file.dwarf.get().is_none());
         let first = file.lookup_batch(&queries);
         assert!(matches!(file.units.get(), Some(Some(_))), "the units were listed and kept");
+        assert_eq!(file.unit_batches.get(), 1, "the batch went unit by unit");
         assert_eq!(file.answers.borrow().len(), queries.len(), "the answers were kept");
         let single: Vec<Vec<SymbolInfo>> = queries.iter().map(|&(a, p)| file.lookup(a, p)).collect();
         assert_eq!(first, single);
@@ -1118,6 +1135,7 @@ mod tests {
         let shifted: Vec<(u64, u64)> = queries.iter().map(|&(a, p)| (a + 1, p + 1)).collect();
         let expected: Vec<Vec<SymbolInfo>> = shifted.iter().map(|&(a, p)| file.lookup(a, p)).collect();
         assert_eq!(file.lookup_batch(&shifted), expected);
+        assert_eq!(file.unit_batches.get(), 1, "the small batch went through addr2line");
         assert_eq!(file.answers.borrow().len(), 2 * queries.len());
         // The first batch again comes from the kept answers, not from a lookup: with DWARF marked broken a lookup
         // would give the symbol table's names alone, without file and line.
@@ -1125,5 +1143,6 @@ mod tests {
         let k = single.iter().position(|f| f.iter().any(|s| s.line.is_some())).expect("a query with a line");
         assert_ne!(file.lookup(queries[k].0, queries[k].1), single[k], "a lookup now loses the line");
         assert_eq!(file.lookup_batch(&queries), single);
+        assert_eq!(file.unit_batches.get(), 1, "nothing was looked up");
     }
 }

@@ -980,7 +980,7 @@ fn viewer_tables(ctx: &Ctx, samples: &[CrashSample]) -> Result<String, String> {
          `viewer REPORT --symbols BIN --no-auto-symbols` as a process. {named} parked frames came out named.\n\n\
          | render | median ms | max ms |\n|---|---|---|\n\
          | library, cold (debug file mapped and parsed in each run) | {lm} | {lx} |\n\
-         | library, warm (store already holds the debug file) | {wm} | {wx} |\n\
+         | library, warm (store already holds the debug file and the previous render's answers) | {wm} | {wx} |\n\
          | `viewer` command | {cm} | {cx} |\n\n\
          Batch symbolication: {na} addresses sampled inside function symbols of the benchmark binary (fixed seed), \
          `viewer atos -o BIN -l BASE` against `llvm-symbolizer --obj=BIN` (both with the addresses on standard \

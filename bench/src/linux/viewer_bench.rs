@@ -19,8 +19,9 @@ pub fn render_once(report: &[u8], symbols: &Path) -> Result<(f64, usize), String
     Ok((ns, named))
 }
 
-/// Renders with a store that already holds the debug file (as `viewer serve` and repeated renders do): one render
-/// first to load it, then `runs` timed renders (decode, symbolicate from the loaded file, render Apple text).
+/// Renders with a store that already holds the debug file and the answers of the previous render (a library user
+/// rendering reports one after another with one store; the collector makes a store per report): one render first
+/// to load it, then `runs` timed renders (decode, symbolicate from the loaded file, render Apple text).
 /// Returns the nanoseconds of each timed render.
 pub fn render_warm(report: &[u8], symbols: &Path, runs: usize) -> Result<Vec<f64>, String> {
     let mut store = viewer::SymbolStore::only(vec![symbols.to_path_buf()]);

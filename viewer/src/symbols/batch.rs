@@ -1044,7 +1044,8 @@ pub(super) fn lookup(
         }
         run();
     });
-    // A poisoned lock (a thread panicked outside the guarded unit work) leaves every query to `addr2line`.
+    // Each unit's work runs under `catch_unwind`, so no thread holding the lock panics; were it poisoned anyway,
+    // the queries it holds would be left to `addr2line`.
     for (i, frames) in results.into_inner().unwrap_or_default().into_iter().flatten() {
         out[i] = frames;
     }
