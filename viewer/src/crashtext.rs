@@ -15,13 +15,15 @@
 //!
 //! Lookup rules are the renderer's (`viewer/README.md` § Symbol lookup): frame index 0 at the address, every other
 //! frame at `address - 1`; the printed address and offset stay raw; runtime to link-time address is
-//! `address - image load address + the file's __TEXT vmaddr`. Lines that do not parse are left alone, so one bad
-//! line never fails a file.
+//! `address - image load address + the file's __TEXT vmaddr`. As in rendering, each distinct address is looked up
+//! once, every debug file's addresses in one batch ([`DebugFile::lookup_batch`]). Lines that do not parse are left
+//! alone, so one bad line never fails a file.
 
-use crate::crashlog::{Flavor, FrameLog};
+use crate::crashlog::{Flavor, FrameLog, SymbolInfo};
 use crate::render::symbol_part;
 use crate::symbols::{parse_image_id, DebugFile, ImageQuery, SymbolStore};
 use report_format::model::ImageId;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 /// One `Binary Images:` line.
@@ -201,6 +203,10 @@ pub fn flavor_of_text(text: &[u8]) -> Flavor {
     Flavor::Ios
 }
 
+/// An unsymbolicated frame line and its question: (image, position in that image's batch); `None` when nothing
+/// can be asked (no image holds the address, or the image has no debug file).
+type FrameLine<'a> = (TextFrame<'a>, Option<(usize, usize)>);
+
 /// Symbolicates the frame lines of Apple crash text with debug files from `store`. Never fails: lines that do not
 /// parse, frames whose image is not listed or has no debug file, and frames already symbolicated are kept as they
 /// are.
@@ -218,55 +224,82 @@ pub fn symbolicate_text(input: &[u8], store: &mut SymbolStore) -> TextResult {
         images: images.len(),
         ..TextResult::default()
     };
+    // First pass: each line's unsymbolicated frame and what it asks of its image's debug file (image, SVMA,
+    // probe); each distinct question once per image.
+    let mut queries: Vec<Vec<(u64, u64)>> = vec![Vec::new(); images.len()];
+    let mut slot: HashMap<(usize, u64, u64), usize> = HashMap::new();
+    let mut frames: Vec<Option<FrameLine<'_>>> = Vec::with_capacity(lines.len());
     let mut in_images = false;
-    for raw in lines {
-        let (body, ending) = split_ending(raw);
-        let Ok(line) = std::str::from_utf8(body) else {
-            out.text.extend_from_slice(raw);
-            continue;
-        };
-        if line.starts_with("Binary Images:") {
-            in_images = true;
-        } else if in_images && line.trim().is_empty() {
-            in_images = false;
+    for raw in &lines {
+        let line = std::str::from_utf8(split_ending(raw).0).ok();
+        if let Some(line) = line {
+            if line.starts_with("Binary Images:") {
+                in_images = true;
+            } else if in_images && line.trim().is_empty() {
+                in_images = false;
+            }
         }
-        let frame = if in_images { None } else { parse_frame_line(line) };
-        let Some(frame) = frame.filter(|f| is_unsymbolicated(f.symbol, f.image)) else {
-            out.text.extend_from_slice(raw);
+        let frame =
+            line.filter(|_| !in_images).and_then(parse_frame_line).filter(|f| is_unsymbolicated(f.symbol, f.image));
+        let Some(frame) = frame else {
+            frames.push(None);
             continue;
         };
         out.unsymbolicated += 1;
-        let Some(i) = image_of(&images, &frame) else {
+        let asked = image_of(&images, &frame).and_then(|i| {
+            let file = files[i]
+                .get_or_insert_with(|| {
+                    let im = &images[i];
+                    store.find(&ImageQuery {
+                        name: Some(im.file_name().to_string()),
+                        path: im.path.clone(),
+                        id: im.id.clone(),
+                        arch: im.arch.clone(),
+                        other_os,
+                    })
+                })
+                .clone()?;
+            let svma = frame.address.wrapping_sub(images[i].base).wrapping_add(file.image_base);
+            let probe = if frame.index == 0 { svma } else { svma.wrapping_sub(1) };
+            let n = *slot.entry((i, svma, probe)).or_insert_with(|| {
+                queries[i].push((svma, probe));
+                queries[i].len() - 1
+            });
+            Some((i, n))
+        });
+        frames.push(Some((frame, asked)));
+    }
+    // Every debug file's questions in one batch (`DebugFile::lookup_batch`).
+    let answers: Vec<Vec<Vec<SymbolInfo>>> = files
+        .iter()
+        .zip(&queries)
+        .map(|(file, q)| match file {
+            Some(Some(file)) if !q.is_empty() => file.lookup_batch(q),
+            _ => Vec::new(),
+        })
+        .collect();
+    // Second pass: the text, with the answered frame lines rewritten.
+    for (raw, frame) in lines.iter().zip(frames) {
+        let ending = split_ending(raw).1;
+        let Some((frame, Some((i, n)))) = frame else {
             out.text.extend_from_slice(raw);
             continue;
         };
-        let file = files[i]
-            .get_or_insert_with(|| {
-                let im = &images[i];
-                store.find(&ImageQuery {
-                    name: Some(im.file_name().to_string()),
-                    path: im.path.clone(),
-                    id: im.id.clone(),
-                    arch: im.arch.clone(),
-                    other_os,
-                })
-            })
-            .clone();
-        let syms = file.map(|f| {
-            let svma = frame.address.wrapping_sub(images[i].base).wrapping_add(f.image_base);
-            f.lookup(svma, if frame.index == 0 { svma } else { svma.wrapping_sub(1) })
-        });
-        match syms {
+        match answers.get(i).and_then(|a| a.get(n)) {
             Some(syms) if !syms.is_empty() => {
                 out.symbolicated += 1;
-                let n = syms.len();
-                for (k, s) in syms.into_iter().enumerate() {
-                    let f =
-                        FrameLog { address: frame.address, symbol: Some(s), inlined: k + 1 < n, ..Default::default() };
+                let count = syms.len();
+                for (k, s) in syms.iter().enumerate() {
+                    let f = FrameLog {
+                        address: frame.address,
+                        symbol: Some(s.clone()),
+                        inlined: k + 1 < count,
+                        ..Default::default()
+                    };
                     out.text.extend_from_slice(frame.prefix.as_bytes());
                     out.text.push(b' ');
                     out.text.extend_from_slice(symbol_part(&f, None).as_bytes());
-                    out.text.extend_from_slice(if ending.is_empty() && k + 1 < n { b"\n" } else { ending });
+                    out.text.extend_from_slice(if ending.is_empty() && k + 1 < count { b"\n" } else { ending });
                 }
             }
             _ => out.text.extend_from_slice(raw),
