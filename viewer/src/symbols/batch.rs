@@ -445,7 +445,8 @@ struct Sweep {
     /// `(probe position, sequence number, row found)` for every probe inside a sequence; the row is
     /// `(file index, line)`, `None` when the probe precedes the sequence's first row.
     hits: Vec<Hit>,
-    /// The line program's header after the run (DWARF 4 programs can define files as they go).
+    /// The line program's header after the run (DWARF 4 programs can define files as they go); kept only when
+    /// there were probes.
     header: Option<gimli::LineProgramHeader<Reader>>,
 }
 
@@ -483,23 +484,28 @@ fn sweep_lines(unit: gimli::UnitRef<'_, Reader>, probes: &[u64]) -> Result<Sweep
             _ => seq.push((address, file, line)),
         }
     };
-    let header = if run_fast(program.header(), |r| on_row(&mut out, &mut seq, r))?.is_some() {
-        program.header().clone()
+    // The header as the run left it: the program's own, unless gimli's run had to take over (DWARF 4 programs
+    // can define files as they go).
+    let after_gimli = if run_fast(program.header(), |r| on_row(&mut out, &mut seq, r))?.is_some() {
+        None
     } else {
         // Not for the fast decoder: start again with gimli's.
         out.sequences.clear();
         out.hits.clear();
         seq.clear();
-        let mut rows = program.rows();
+        let mut rows = program.clone().rows();
         while let Some((_, row)) = rows.next_row()? {
             let line = row.line().map_or(0, |l| l.get());
             on_row(&mut out, &mut seq, (row.address(), row.file_index(), line, row.end_sequence()));
         }
-        rows.header().clone()
+        Some(rows.header().clone())
     };
     // Every file name must render, as addr2line renders them all (a failure makes its whole table fail).
-    check_files(unit, &header)?;
-    out.header = Some(header);
+    check_files(unit, after_gimli.as_ref().unwrap_or(program.header()))?;
+    // Only answers need the header (for file names); listing a unit's ranges does not keep it.
+    if !probes.is_empty() {
+        out.header = Some(after_gimli.unwrap_or_else(|| program.header().clone()));
+    }
     Ok(out)
 }
 
