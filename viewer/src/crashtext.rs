@@ -19,11 +19,11 @@
 //! once, every debug file's addresses in one batch ([`DebugFile::lookup_batch`]). Lines that do not parse are left
 //! alone, so one bad line never fails a file.
 
-use crate::crashlog::{Flavor, FrameLog, SymbolInfo};
+use crate::crashlog::{Flavor, FrameLog};
 use crate::render::symbol_part;
+use crate::symbolicate::{to_svma, Questions};
 use crate::symbols::{parse_image_id, DebugFile, ImageQuery, SymbolStore};
 use report_format::model::ImageId;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 /// One `Binary Images:` line.
@@ -203,9 +203,9 @@ pub fn flavor_of_text(text: &[u8]) -> Flavor {
     Flavor::Ios
 }
 
-/// An unsymbolicated frame line and its question: (image, position in that image's batch); `None` when nothing
-/// can be asked (no image holds the address, or the image has no debug file).
-type FrameLine<'a> = (TextFrame<'a>, Option<(usize, usize)>);
+/// An unsymbolicated frame line and its question to a debug file (see [`Questions`]); `None` when nothing can be
+/// asked (no image holds the address, or the image has no debug file).
+type FrameLine<'a> = (TextFrame<'a>, Option<(usize, u64, u64)>);
 
 /// Symbolicates the frame lines of Apple crash text with debug files from `store`. Never fails: lines that do not
 /// parse, frames whose image is not listed or has no debug file, and frames already symbolicated are kept as they
@@ -224,10 +224,8 @@ pub fn symbolicate_text(input: &[u8], store: &mut SymbolStore) -> TextResult {
         images: images.len(),
         ..TextResult::default()
     };
-    // First pass: each line's unsymbolicated frame and what it asks of its image's debug file (image, SVMA,
-    // probe); each distinct question once per image.
-    let mut queries: Vec<Vec<(u64, u64)>> = vec![Vec::new(); images.len()];
-    let mut slot: HashMap<(usize, u64, u64), usize> = HashMap::new();
+    // First pass: each line's unsymbolicated frame and what it asks of its image's debug file.
+    let mut questions = Questions::default();
     let mut frames: Vec<Option<FrameLine<'_>>> = Vec::with_capacity(lines.len());
     let mut in_images = false;
     for raw in &lines {
@@ -259,33 +257,22 @@ pub fn symbolicate_text(input: &[u8], store: &mut SymbolStore) -> TextResult {
                     })
                 })
                 .clone()?;
-            let svma = frame.address.wrapping_sub(images[i].base).wrapping_add(file.image_base);
-            let probe = if frame.index == 0 { svma } else { svma.wrapping_sub(1) };
-            let n = *slot.entry((i, svma, probe)).or_insert_with(|| {
-                queries[i].push((svma, probe));
-                queries[i].len() - 1
-            });
-            Some((i, n))
+            let svma = to_svma(frame.address, images[i].base, None, &file);
+            let question = (i, svma, if frame.index == 0 { svma } else { svma.wrapping_sub(1) });
+            questions.ask(question);
+            Some(question)
         });
         frames.push(Some((frame, asked)));
     }
-    // Every debug file's questions in one batch (`DebugFile::lookup_batch`).
-    let answers: Vec<Vec<Vec<SymbolInfo>>> = files
-        .iter()
-        .zip(&queries)
-        .map(|(file, q)| match file {
-            Some(Some(file)) if !q.is_empty() => file.lookup_batch(q),
-            _ => Vec::new(),
-        })
-        .collect();
+    let answers = questions.answer(|i| files.get(i).cloned().flatten().flatten());
     // Second pass: the text, with the answered frame lines rewritten.
     for (raw, frame) in lines.iter().zip(frames) {
         let ending = split_ending(raw).1;
-        let Some((frame, Some((i, n)))) = frame else {
+        let Some((frame, Some(question))) = frame else {
             out.text.extend_from_slice(raw);
             continue;
         };
-        match answers.get(i).and_then(|a| a.get(n)) {
+        match answers.get(question) {
             Some(syms) if !syms.is_empty() => {
                 out.symbolicated += 1;
                 let count = syms.len();

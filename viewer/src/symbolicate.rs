@@ -56,32 +56,19 @@ pub fn symbolicate(log: &mut CrashLog, store: &mut SymbolStore) {
         let svma = to_svma(f.address, im.base, im.slide, file);
         Some((i, svma, if f.is_return_address() { svma.wrapping_sub(1) } else { svma }))
     };
-    // Each distinct question is asked once, every debug file's in one batch (threads of a report share most of
-    // their frames; a batch reads each compilation unit once, see `DebugFile::lookup_batch`).
-    let mut queries: Vec<Vec<(u64, u64)>> = vec![Vec::new(); images.len()];
-    let mut slot: HashMap<(usize, u64, u64), usize> = HashMap::new();
+    let mut questions = Questions::default();
     for f in log.threads.iter().flat_map(|t| &t.frames).chain(&log.last_exception_backtrace) {
-        if let Some(k @ (i, svma, probe)) = key(f) {
-            slot.entry(k).or_insert_with(|| {
-                queries[i].push((svma, probe));
-                queries[i].len() - 1
-            });
+        if let Some(k) = key(f) {
+            questions.ask(k);
         }
     }
-    let answers: Vec<Vec<Vec<SymbolInfo>>> = files
-        .iter()
-        .zip(&queries)
-        .map(|(file, q)| match file {
-            Some(file) if !q.is_empty() => file.lookup_batch(q),
-            _ => Vec::new(),
-        })
-        .collect();
+    let answers = questions.answer(|i| files.get(i).cloned().flatten());
     let lists = log.threads.iter_mut().map(|t| &mut t.frames).chain([&mut log.last_exception_backtrace]);
     for frames in lists {
         let old = std::mem::take(frames);
         let mut new: Vec<FrameLog> = Vec::with_capacity(old.len());
         for f in old {
-            let resolved = key(&f).and_then(|k| slot.get(&k).and_then(|&n| answers[k.0].get(n)).cloned());
+            let resolved = key(&f).and_then(|k| answers.get(k)).map(<[SymbolInfo]>::to_vec);
             match resolved {
                 Some(syms) if !syms.is_empty() => {
                     let n = syms.len();
@@ -95,4 +82,60 @@ pub fn symbolicate(log: &mut CrashLog, store: &mut SymbolStore) {
         *frames = new;
     }
     log.symbol_notes.extend(store.take_notes());
+}
+
+/// Lookups for several images' debug files, each distinct question asked once. A question is `(image, SVMA,
+/// probe)`: the image's index, the link-time address, and where to look ([`DebugFile::lookup`]). The threads of a
+/// report share most of their frames, and a batch reads each compilation unit once for all of its addresses
+/// ([`DebugFile::lookup_batch`]).
+#[derive(Default)]
+pub(crate) struct Questions {
+    /// Per image, its distinct `(SVMA, probe)` pairs in the order first asked.
+    per_image: Vec<Vec<(u64, u64)>>,
+    /// Each question's place in its image's list.
+    place: HashMap<(usize, u64, u64), usize>,
+}
+
+impl Questions {
+    /// Asks `question` (once, however often it comes).
+    pub(crate) fn ask(&mut self, question: (usize, u64, u64)) {
+        let (i, svma, probe) = question;
+        if self.per_image.len() <= i {
+            self.per_image.resize_with(i + 1, Vec::new);
+        }
+        let list = &mut self.per_image[i];
+        self.place.entry(question).or_insert_with(|| {
+            list.push((svma, probe));
+            list.len() - 1
+        });
+    }
+
+    /// Answers every image's questions in one batch to its debug file, `file(image)` (`None`: no answers).
+    pub(crate) fn answer(self, file: impl Fn(usize) -> Option<Rc<DebugFile>>) -> Answers {
+        let per_image = self
+            .per_image
+            .iter()
+            .enumerate()
+            .map(|(i, q)| match file(i) {
+                Some(f) if !q.is_empty() => f.lookup_batch(q),
+                _ => Vec::new(),
+            })
+            .collect();
+        Answers { per_image, place: self.place }
+    }
+}
+
+/// What [`Questions::answer`] found.
+pub(crate) struct Answers {
+    per_image: Vec<Vec<Vec<SymbolInfo>>>,
+    place: HashMap<(usize, u64, u64), usize>,
+}
+
+impl Answers {
+    /// The frames found for `question`, innermost first (empty when nothing covers the address); `None` when it
+    /// was not asked or its image had no debug file.
+    pub(crate) fn get(&self, question: (usize, u64, u64)) -> Option<&[SymbolInfo]> {
+        let n = *self.place.get(&question)?;
+        self.per_image.get(question.0)?.get(n).map(Vec::as_slice)
+    }
 }
