@@ -423,11 +423,7 @@ impl DebugFile {
                 .get_or_init(|| {
                     // A panic in the parser (corrupt debug info) leaves the file without a unit list.
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        gimli_dwarf(&self.sections).and_then(|mut d| {
-                            // Units share abbreviation tables (Rust's codegen units do, a few each): parse each once.
-                            d.populate_abbreviations_cache(gimli::AbbreviationsCacheStrategy::Duplicates);
-                            batch::Units::new(d, threads)
-                        })
+                        gimli_dwarf(&self.sections).and_then(|d| batch::Units::new(d, threads))
                     }))
                     .ok()
                     .flatten()

@@ -11,8 +11,10 @@
 //!   `LineRows` for what it does not handle); each sequence's rows are kept only until the sequence ends, long
 //!   enough to answer the addresses inside it, and only the file names an answer uses are rendered.
 //!
-//! Listing the units, then resolving them, is spread over threads (`std::thread::scope`, each thread taking the
-//! next chunk of unit headers, then the next unit, biggest first).
+//! Listing the units reads each unit DIE with only its own abbreviation (the whole table is parsed for the few
+//! units an address or a name lands in), and takes the ranges of a unit without any from its line program's
+//! sequences with a decoder that tracks the address alone. Listing, then resolving, is spread over threads
+//! (`std::thread::scope`, each thread taking the next chunk of unit headers, then the next unit, biggest first).
 //!
 //! The answers are meant to be exactly `addr2line`'s (the test `viewer/tests/atos_batch.rs` checks it against
 //! [`super::DebugFile::lookup_batch_addr2line`]): the unit is chosen from the same unit ranges (`.debug_aranges`,
@@ -29,7 +31,7 @@ use gimli::Reader as _;
 use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 type Result<T> = std::result::Result<T, gimli::Error>;
 
@@ -37,7 +39,25 @@ type Result<T> = std::result::Result<T, gimli::Error>;
 struct IndexUnit {
     /// Offset of the unit header in `.debug_info`.
     offset: usize,
-    unit: gimli::Unit<Reader>,
+    /// The unit's header. (Listing reads the unit with only its unit DIE's abbreviation, [`listed_unit`], and
+    /// keeps nothing else of it: most units are never read again.)
+    header: gimli::UnitHeader<Reader>,
+    /// The unit with its whole abbreviation table, as `addr2line` reads it: parsed the first time a probe or a
+    /// name reference needs its DIEs; `None` when it does not parse (its probes are then left to `addr2line`).
+    full: OnceLock<Option<gimli::Unit<Reader>>>,
+}
+
+impl IndexUnit {
+    /// The unit with its whole abbreviation table (see [`IndexUnit::full`]).
+    ///
+    /// # Errors
+    /// `gimli::Error::UnknownAbbreviation(0)` when the table does not parse.
+    fn full(&self, dwarf: &gimli::Dwarf<Reader>) -> Result<&gimli::Unit<Reader>> {
+        self.full
+            .get_or_init(|| dwarf.unit(self.header.clone()).ok())
+            .as_ref()
+            .ok_or(gimli::Error::UnknownAbbreviation(0))
+    }
 }
 
 /// One address range of a unit; sorted by `end`, as `addr2line` sorts them.
@@ -132,7 +152,11 @@ impl Index {
             let c = next.fetch_add(1, AtomicOrdering::Relaxed);
             let Some(chunk) = chunks.get(c) else { break };
             let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                chunk.iter().map(|h| parse_unit(dwarf, &aranges, h.clone())).collect::<Result<ParsedChunk>>()
+                let mut roots = RootAbbreviations::new();
+                chunk
+                    .iter()
+                    .map(|h| parse_unit(dwarf, &aranges, h.clone(), &mut roots))
+                    .collect::<Result<ParsedChunk>>()
             }))
             .unwrap_or(Err(gimli::Error::InvalidAddressRange));
             if let Ok(mut d) = done.lock() {
@@ -188,10 +212,14 @@ impl Index {
     }
 
     /// The unit holding `.debug_info` offset `off`, and the offset inside it.
-    fn unit_at(&self, off: gimli::DebugInfoOffset<usize>) -> Result<(&gimli::Unit<Reader>, gimli::UnitOffset)> {
+    fn unit_at(
+        &self,
+        dwarf: &gimli::Dwarf<Reader>,
+        off: gimli::DebugInfoOffset<usize>,
+    ) -> Result<(&gimli::Unit<Reader>, gimli::UnitOffset)> {
         let unit = match self.units.binary_search_by_key(&off.0, |u| u.offset) {
             Ok(_) | Err(0) => return Err(gimli::Error::NoEntryAtGivenOffset),
-            Err(i) => &self.units[i - 1].unit,
+            Err(i) => self.units[i - 1].full(dwarf)?,
         };
         let at = off.to_unit_offset(&unit.header).ok_or(gimli::Error::NoEntryAtGivenOffset)?;
         Ok((unit, at))
@@ -209,6 +237,7 @@ fn parse_unit(
     dwarf: &gimli::Dwarf<Reader>,
     aranges: &[(usize, gimli::DebugArangesOffset<usize>)],
     header: gimli::UnitHeader<Reader>,
+    roots: &mut RootAbbreviations,
 ) -> Result<Option<(IndexUnit, Vec<gimli::Range>)>> {
     let Some(offset) = header.offset().as_debug_info_offset() else { return Ok(None) };
     let mut need_range = match header.type_() {
@@ -216,7 +245,7 @@ fn parse_unit(
         gimli::UnitType::Partial => false,
         _ => true,
     };
-    let Ok(unit) = dwarf.unit(header) else { return Ok(None) };
+    let Some(unit) = listed_unit(dwarf, header.clone(), roots) else { return Ok(None) };
     let uref = gimli::UnitRef::new(dwarf, &unit);
     let mut ranges = Vec::new();
     if need_range {
@@ -250,7 +279,75 @@ fn parse_unit(
             ranges.extend(sequences.into_iter().map(|(begin, end)| gimli::Range { begin, end }));
         }
     }
-    Ok(Some((IndexUnit { offset: offset.0, unit }, ranges)))
+    Ok(Some((IndexUnit { offset: offset.0, header, full: OnceLock::new() }, ranges)))
+}
+
+/// Unit DIE abbreviations already parsed by one listing thread, by (abbreviation table offset, code): units
+/// often share a table.
+type RootAbbreviations = HashMap<(usize, u64), Arc<gimli::Abbreviations>>;
+
+/// The unit of `header` with only its unit DIE's abbreviation parsed: listing reads nothing else of a unit's DIEs,
+/// and parsing every unit's whole abbreviation table (as `gimli::Dwarf::unit` does) was about a quarter of the
+/// listing's time on the benchmark's Rust binary (3,399 units).
+/// Falls back to `gimli::Dwarf::unit` when that abbreviation cannot be found or parsed on its own, so a unit is
+/// left out (`None`) only when `addr2line` leaves it out too. (A unit whose table fails further on is listed here
+/// and left out by `addr2line`; its probes fail when [`IndexUnit::full`] parses the table, and go to `addr2line`.)
+fn listed_unit(
+    dwarf: &gimli::Dwarf<Reader>,
+    header: gimli::UnitHeader<Reader>,
+    roots: &mut RootAbbreviations,
+) -> Option<gimli::Unit<Reader>> {
+    let root = root_abbreviation(dwarf, &header, roots);
+    match root {
+        Some(abbrevs) => gimli::Unit::new_with_abbreviations(dwarf, header.clone(), abbrevs).ok(),
+        None => None,
+    }
+    .or_else(|| dwarf.unit(header).ok())
+}
+
+/// The abbreviation table of `header` cut after its unit DIE's abbreviation (an abbreviation table is a list of
+/// entries ended by a zero code, DWARF 5 section 7.5.3): the entries up to that one, copied, and a zero code.
+/// `None` when the code is not found or the entries do not parse.
+fn root_abbreviation(
+    dwarf: &gimli::Dwarf<Reader>,
+    header: &gimli::UnitHeader<Reader>,
+    roots: &mut RootAbbreviations,
+) -> Option<Arc<gimli::Abbreviations>> {
+    let code = header.range_from(gimli::UnitOffset(header.header_size())..).ok()?.read_uleb128().ok()?;
+    let offset = header.debug_abbrev_offset().0;
+    if let Some(a) = roots.get(&(offset, code)) {
+        return Some(a.clone());
+    }
+    let mut table = gimli::Section::reader(&dwarf.debug_abbrev).clone();
+    table.skip(offset).ok()?;
+    let start = table.clone();
+    loop {
+        let this = table.read_uleb128().ok()?;
+        if this == 0 {
+            return None;
+        }
+        table.read_uleb128().ok()?; // tag
+        table.read_u8().ok()?; // children
+        loop {
+            let name = table.read_uleb128().ok()?;
+            let form = table.read_uleb128().ok()?;
+            if form == u64::from(gimli::DW_FORM_implicit_const.0) {
+                table.read_sleb128().ok()?;
+            }
+            if name == 0 && form == 0 {
+                break;
+            }
+        }
+        if this == code {
+            break;
+        }
+    }
+    let mut bytes = start.to_slice().ok()?.get(..table.offset_from(&start))?.to_vec();
+    bytes.push(0);
+    let cut = gimli::DebugAbbrev::from(gimli::EndianReader::new(super::Bytes::new(bytes), start.endian()));
+    let abbrevs = Arc::new(cut.abbreviations(gimli::DebugAbbrevOffset(0)).ok()?);
+    roots.insert((offset, code), abbrevs.clone());
+    Some(abbrevs)
 }
 
 /// A probe inside a sequence: `(probe position, sequence number, row)`, the row `(file index, line)`.
@@ -382,6 +479,172 @@ fn run_fast(header: &gimli::LineProgramHeader<Reader>, mut row: impl FnMut(Row))
     Ok(Some(()))
 }
 
+/// The `(start, end)` of every sequence with rows of a line program, in program order: what [`run_fast`]'s rows
+/// give [`sweep_lines`] when it has no probes (a sequence starts at its first row, ends at its end-of-sequence
+/// row; a sequence whose end-of-sequence row is dropped as tombstoned goes on into the next one), the same
+/// failures, and `Ok(None)` in the same cases. Listing a unit without ranges needs nothing else, so this keeps no
+/// line or file register and makes no rows; special opcodes, one byte each and most of a program, take one
+/// table lookup. `tests/atos_batch.rs` compares it with `run_fast` on every unit (`check_run_fast`).
+#[inline(never)]
+fn sequence_bounds(header: &gimli::LineProgramHeader<Reader>) -> Result<Option<Vec<(u64, u64)>>> {
+    let encoding = header.line_encoding();
+    let size = header.address_size();
+    if encoding.maximum_operations_per_instruction != 1 || !(size == 4 || size == 8) || encoding.line_range == 0 {
+        return Ok(None);
+    }
+    let mask = u64::MAX >> (64 - u32::from(size) * 8);
+    let min_tombstone = mask - 1;
+    let min_len = u64::from(encoding.minimum_instruction_length);
+    let base = header.opcode_base();
+    // Opcode 0 starts an extended opcode whatever the base (a base of 0 does not parse anyway).
+    let first_special = base.max(1);
+    let advance = |address: u64, by: u64| -> Result<u64> {
+        match address.checked_add(by) {
+            Some(a) if a & !mask == 0 => Ok(a),
+            _ => Err(gimli::Error::AddressOverflow),
+        }
+    };
+    // How far each special opcode moves the address (DWARF 5 section 6.2.5.1).
+    // Filled by counting, not dividing: this runs for every unit without ranges, most with tiny programs.
+    let mut special = [0u64; 256];
+    let (mut by, mut in_step) = (0u64, 0u8);
+    for slot in &mut special[usize::from(base)..] {
+        *slot = by;
+        in_step += 1;
+        if in_step == encoding.line_range {
+            (by, in_step) = (by.wrapping_add(min_len), 0);
+        }
+    }
+    let const_add_pc = min_len.wrapping_mul(u64::from((255 - base) / encoding.line_range));
+    // What the loop below needs to know of each opcode: whether it makes a row, whether it takes one LEB128
+    // operand, or whether it is left to the opcode-by-opcode path (`SLOW`).
+    const ROW: u8 = 1;
+    const OPERAND: u8 = 2;
+    const SLOW: u8 = 4;
+    let mut classes = [SLOW; 256];
+    for op in 1..base.min(13) {
+        classes[usize::from(op)] = match gimli::DwLns(op) {
+            gimli::DW_LNS_copy => ROW,
+            gimli::DW_LNS_advance_line | gimli::DW_LNS_set_file | gimli::DW_LNS_set_column | gimli::DW_LNS_set_isa => {
+                OPERAND
+            }
+            gimli::DW_LNS_negate_stmt
+            | gimli::DW_LNS_set_basic_block
+            | gimli::DW_LNS_set_prologue_end
+            | gimli::DW_LNS_set_epilogue_begin => 0,
+            _ => SLOW,
+        };
+    }
+    for class in &mut classes[usize::from(first_special)..] {
+        *class = ROW;
+    }
+    let program = header.raw_program_buf();
+    let endian = program.endian();
+    let mut input = gimli::EndianSlice::new(program.bytes(), endian);
+    let mut out = Vec::new();
+    // The registers this needs, and the address of the current sequence's first row.
+    let (mut address, mut tombstone, mut start) = (0u64, false, None);
+    while !input.is_empty() {
+        // Most opcodes are special opcodes, take no operand or take a one-byte LEB128 operand (which cannot be
+        // malformed): outside tombstoned code those run here, with no branch on what each opcode is.
+        if !tombstone {
+            let bytes = input.slice();
+            let mut i = 0;
+            while i + 1 < bytes.len() {
+                let opcode = bytes[i];
+                let class = classes[usize::from(opcode)];
+                if class & SLOW != 0 || (class & OPERAND != 0 && bytes[i + 1] >= 0x80) {
+                    break;
+                }
+                i += 1 + usize::from(class & OPERAND != 0);
+                address = advance(address, special[usize::from(opcode)])?;
+                if class & ROW != 0 && start.is_none() {
+                    start = Some(address);
+                }
+            }
+            input = gimli::EndianSlice::new(&bytes[i..], endian);
+        }
+        let Some((&opcode, rest)) = input.slice().split_first() else { break };
+        if opcode >= first_special {
+            input = gimli::EndianSlice::new(rest, input.endian());
+            if !tombstone {
+                address = advance(address, special[usize::from(opcode)])?;
+                start.get_or_insert(address);
+            }
+            continue;
+        }
+        input.read_u8()?;
+        match gimli::DwLns(opcode) {
+            gimli::DwLns(0) => {
+                let length = input.read_uleb128().and_then(<usize as gimli::ReaderOffset>::from_u64)?;
+                let mut rest = input.split(length)?;
+                match gimli::DwLne(rest.read_u8()?) {
+                    gimli::DW_LNE_end_sequence => {
+                        if !tombstone {
+                            if let Some(s) = start.take() {
+                                out.push((s, address));
+                            }
+                        }
+                        (address, tombstone) = (0, false);
+                    }
+                    gimli::DW_LNE_set_address => {
+                        let a = rest.read_address(size)?;
+                        tombstone = a < address || a >= min_tombstone;
+                        if !tombstone {
+                            address = a;
+                        }
+                    }
+                    gimli::DW_LNE_define_file => return Ok(None),
+                    gimli::DW_LNE_set_discriminator => {
+                        rest.read_uleb128()?;
+                    }
+                    _ => {}
+                }
+            }
+            gimli::DW_LNS_copy => {
+                if !tombstone {
+                    start.get_or_insert(address);
+                }
+            }
+            gimli::DW_LNS_advance_pc => {
+                let ops = input.read_uleb128()?;
+                if !tombstone {
+                    address = advance(address, min_len.wrapping_mul(ops))?;
+                }
+            }
+            gimli::DW_LNS_advance_line => {
+                input.read_sleb128()?;
+            }
+            gimli::DW_LNS_set_file | gimli::DW_LNS_set_column | gimli::DW_LNS_set_isa => {
+                input.read_uleb128()?;
+            }
+            gimli::DW_LNS_negate_stmt
+            | gimli::DW_LNS_set_basic_block
+            | gimli::DW_LNS_set_prologue_end
+            | gimli::DW_LNS_set_epilogue_begin => {}
+            gimli::DW_LNS_const_add_pc => {
+                if !tombstone {
+                    address = advance(address, const_add_pc)?;
+                }
+            }
+            gimli::DW_LNS_fixed_advance_pc => {
+                let by = input.read_u16()?;
+                if !tombstone {
+                    address = advance(address, u64::from(by))?;
+                }
+            }
+            _ => {
+                let mut lengths = header.standard_opcode_lengths().clone();
+                lengths.skip(usize::from(opcode - 1))?;
+                for _ in 0..lengths.read_u8()? {
+                    input.read_uleb128()?;
+                }
+            }
+        }
+    }
+    Ok(Some(out))
+}
+
 /// Checks that every file name of a line program renders, as `addr2line` renders them all (a failure makes its
 /// whole line table fail).
 fn check_files(unit: gimli::UnitRef<'_, Reader>, header: &gimli::LineProgramHeader<Reader>) -> Result<()> {
@@ -397,8 +660,8 @@ fn check_files(unit: gimli::UnitRef<'_, Reader>, header: &gimli::LineProgramHead
 }
 
 /// Compares [`run_fast`] with `gimli`'s `LineRows` on every unit whose line program it decodes: the same rows
-/// (address, file, line, end of sequence) or the same failure. Returns how many units it compared, or the first
-/// that differs.
+/// (address, file, line, end of sequence) or the same failure; and [`sequence_bounds`] with the sequences
+/// `addr2line` makes of `gimli`'s rows. Returns how many units it compared, or the first that differs.
 pub(super) fn check_run_fast(dwarf: &gimli::Dwarf<Reader>) -> std::result::Result<usize, String> {
     let mut units = dwarf.units();
     let mut compared = 0;
@@ -411,6 +674,7 @@ pub(super) fn check_run_fast(dwarf: &gimli::Dwarf<Reader>) -> std::result::Resul
             Ok(Some(())) => Ok(fast),
             Err(e) => Err(e),
         };
+        let bounds = sequence_bounds(program.header());
         let mut rows = program.rows();
         let mut slow = Vec::new();
         let slow = loop {
@@ -422,6 +686,42 @@ pub(super) fn check_run_fast(dwarf: &gimli::Dwarf<Reader>) -> std::result::Resul
                 Err(e) => break Err(e),
             }
         };
+        // The sequences `addr2line` makes of gimli's rows: from a sequence's first row to its end row.
+        let expected = slow.as_ref().ok().map(|rows| {
+            let (mut sequences, mut start) = (Vec::new(), None);
+            for &(address, _, _, end) in rows {
+                match (end, start) {
+                    (true, Some(s)) => {
+                        sequences.push((s, address));
+                        start = None;
+                    }
+                    (true, None) => {}
+                    (false, _) => {
+                        start.get_or_insert(address);
+                    }
+                }
+            }
+            sequences
+        });
+        match (&bounds, &expected) {
+            (Ok(Some(a)), Some(b)) if a == b => {}
+            (Err(_), None) => {}
+            _ => {
+                let first_difference = match (&bounds, &expected) {
+                    (Ok(Some(a)), Some(b)) => {
+                        (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)).map(|i| (i, a.get(i), b.get(i)))
+                    }
+                    _ => None,
+                };
+                return Err(format!(
+                    "unit at {:?}: sequence bounds {:?}, from gimli's rows {:?}; first difference (index, bounds, \
+                     gimli) {first_difference:?}",
+                    unit.header.offset(),
+                    bounds.as_ref().map(|b| b.as_ref().map(Vec::len)),
+                    expected.as_ref().map(Vec::len),
+                ));
+            }
+        }
         match (fast, slow) {
             (Ok(a), Ok(b)) if a == b => {}
             (Err(_), Err(_)) => {}
@@ -486,7 +786,12 @@ fn sweep_lines(unit: gimli::UnitRef<'_, Reader>, probes: &[u64]) -> Result<Sweep
     };
     // The header as the run left it: the program's own, unless gimli's run had to take over (DWARF 4 programs
     // can define files as they go).
-    let after_gimli = if run_fast(program.header(), |r| on_row(&mut out, &mut seq, r))?.is_some() {
+    let fast = if probes.is_empty() {
+        sequence_bounds(program.header())?.map(|bounds| out.sequences = bounds)
+    } else {
+        run_fast(program.header(), |r| on_row(&mut out, &mut seq, r))?
+    };
+    let after_gimli = if fast.is_some() {
         None
     } else {
         // Not for the fast decoder: start again with gimli's.
@@ -745,7 +1050,7 @@ fn name_from(
     let (unit, offset) = match value {
         gimli::AttributeValue::UnitRef(off) => (unit, off),
         gimli::AttributeValue::DebugInfoRef(off) => {
-            let (u, at) = index.unit_at(off)?;
+            let (u, at) = index.unit_at(dwarf, off)?;
             (gimli::UnitRef::new(dwarf, u), at)
         }
         // No supplementary object file is ever loaded.
@@ -795,7 +1100,7 @@ fn resolve_unit(
     names: &mut NameCache,
     out: &mut Vec<(usize, Option<Vec<SymbolInfo>>)>,
 ) -> Result<()> {
-    let unit = &index.units[unit_id].unit;
+    let unit = index.units[unit_id].full(dwarf)?;
     if unit.dwo_id.is_some() {
         out.extend(queries.iter().map(|q| (q.0, None)));
         return Ok(());
@@ -1018,7 +1323,7 @@ pub(super) fn lookup(
             _ => work.push((u, vec![(i, probe)])),
         }
     }
-    work.sort_by_key(|(u, _)| std::cmp::Reverse(index.units[*u].unit.header.length_including_self()));
+    work.sort_by_key(|(u, _)| std::cmp::Reverse(index.units[*u].header.length_including_self()));
     let next = AtomicUsize::new(0);
     let results = Mutex::new(Vec::new());
     let run = || {
