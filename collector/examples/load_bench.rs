@@ -133,8 +133,8 @@ fn ingest(o: &Opts, database: Option<String>, store: &std::path::Path) -> Result
     c.database = database;
     c.rate_per_minute = 0;
     c.max_connections = 16;
-    let srv =
-        Running::start(c, Arc::new(viewer::collector::ViewerAnalyzer), "127.0.0.1:0", 2).map_err(|e| e.to_string())?;
+    let srv = Running::start(c, Arc::new(viewer::collector::ViewerAnalyzer::default()), "127.0.0.1:0", 2)
+        .map_err(|e| e.to_string())?;
     let token = srv.block_on(srv.collector().create_token("bench", "")).map_err(|e| e.to_string())?;
     let bodies: Vec<Vec<u8>> = (0..o.reports as u32).map(report).collect();
     let url = format!("{}/api/v1/reports", srv.base_url());
@@ -190,8 +190,8 @@ fn groups_page(
 ) -> Result<[(Duration, Duration); 2], String> {
     let mut c = Config::new(store);
     c.database = database;
-    let srv =
-        Running::start(c, Arc::new(viewer::collector::ViewerAnalyzer), "127.0.0.1:0", 2).map_err(|e| e.to_string())?;
+    let srv = Running::start(c, Arc::new(viewer::collector::ViewerAnalyzer::default()), "127.0.0.1:0", 2)
+        .map_err(|e| e.to_string())?;
     let db = srv.collector().db().clone();
     let fill = Instant::now();
     srv.block_on(async {

@@ -21,7 +21,8 @@ fn server() -> &'static Server {
         let tmp = tempfile::tempdir().expect("tmp");
         let mut c = Config::new(tmp.path().join("store"));
         c.rate_per_minute = 0;
-        let srv = Running::start(c, Arc::new(viewer::collector::ViewerAnalyzer), "127.0.0.1:0", 2).expect("start");
+        let srv =
+            Running::start(c, Arc::new(viewer::collector::ViewerAnalyzer::default()), "127.0.0.1:0", 2).expect("start");
         let token = srv.block_on(srv.collector().create_token("p", "")).expect("token");
         Server { srv, token, _tmp: tmp }
     })

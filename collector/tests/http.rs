@@ -226,7 +226,8 @@ fn start(store: &std::path::Path, database: Option<String>, rate: u32, burst: u3
     c.max_body = 64 * 1024;
     c.rate_per_minute = rate;
     c.rate_burst = burst;
-    Running::start(c, Arc::new(viewer::collector::ViewerAnalyzer), "127.0.0.1:0", 2).expect("collector starts")
+    Running::start(c, Arc::new(viewer::collector::ViewerAnalyzer::default()), "127.0.0.1:0", 2)
+        .expect("collector starts")
 }
 
 /// The whole suite against one database (`None`: SQLite in the store).

@@ -122,7 +122,7 @@ fn run() -> Result<(), String> {
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
 
     let config = collector::Config::new(&store);
-    let analyzer = std::sync::Arc::new(viewer::collector::ViewerAnalyzer);
+    let analyzer = std::sync::Arc::new(viewer::collector::ViewerAnalyzer::default());
     let server = collector::Running::start(config, analyzer, "127.0.0.1:0", 2).map_err(|e| e.to_string())?;
     let token = server.block_on(server.collector().create_token("demo", "demo app")).map_err(|e| e.to_string())?;
     let base = server.base_url();

@@ -53,7 +53,7 @@ fn setup() -> Setup {
     let tmp = tempfile::tempdir().expect("tmp");
     let srv = Running::start(
         Config::new(tmp.path().join("collector")),
-        Arc::new(viewer::collector::ViewerAnalyzer),
+        Arc::new(viewer::collector::ViewerAnalyzer::default()),
         "127.0.0.1:0",
         2,
     )

@@ -8,36 +8,64 @@
 
 use crate::crashlog::{CrashLog, ImageLog};
 use crate::names::{signal_name, SignalOs};
+use crate::symbols::DebugFileCache;
 use crate::{render, symbolicate, Format, Layout, Loaded, SymbolStore};
 use collector::analysis::{Analysis, Analyzer, DebugId, Frame, RenderFormat};
 use report_format::framing::FILE_SUFFIX;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Default listening address of `viewer serve`.
 pub const DEFAULT_ADDR: &str = collector::DEFAULT_ADDR;
+
+/// Bytes of debug files a [`ViewerAnalyzer`] keeps loaded between reports by default (their file sizes): 512 MiB.
+pub const DEBUG_FILE_CACHE_BYTES: u64 = 512 << 20;
 
 /// The viewer's decoder model, symbolication and Apple-text renderer, for the collector.
 ///
 /// Only our own reports are accepted (an `.ips` file or anything else is refused: the collector ingests what
 /// `reporter` uploads). Debug files are used only from the paths the collector passes (no automatic search of this
-/// machine's disk).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ViewerAnalyzer;
+/// machine's disk). They are read (never mapped: a file truncated under a long-running process must not end it)
+/// and kept loaded between reports, up to a budget ([`DebugFileCache`], [`DEBUG_FILE_CACHE_BYTES`] by default):
+/// the reports of one build share its debug files, and the collector analyses a report when it comes in and
+/// again whenever its page is rendered. Clones share the kept files.
+#[derive(Clone, Debug)]
+pub struct ViewerAnalyzer {
+    files: Arc<DebugFileCache>,
+}
 
-fn load_report(bytes: &[u8], debug_files: &[PathBuf]) -> Result<Loaded, String> {
-    if !bytes.starts_with(&report_format::framing::MAGIC) {
-        return Err("not a crash report (it does not start with the report magic)".into());
+impl Default for ViewerAnalyzer {
+    fn default() -> Self {
+        ViewerAnalyzer::with_cache_budget(DEBUG_FILE_CACHE_BYTES)
     }
-    let mut loaded = crate::load(bytes).map_err(|e| e.to_string())?;
-    if !debug_files.is_empty() {
-        if let Loaded::Report { log, .. } = &mut loaded {
-            let mut store = SymbolStore::only(debug_files.to_vec());
-            symbolicate::symbolicate(log, &mut store);
+}
+
+impl ViewerAnalyzer {
+    /// An analyzer keeping up to `bytes` of debug files loaded between reports (0: none kept).
+    pub fn with_cache_budget(bytes: u64) -> Self {
+        ViewerAnalyzer { files: Arc::new(DebugFileCache::new(bytes)) }
+    }
+
+    /// How many debug files it has loaded so far (a file kept from an earlier report is not loaded again).
+    pub fn debug_file_loads(&self) -> usize {
+        self.files.loads()
+    }
+
+    fn load_report(&self, bytes: &[u8], debug_files: &[PathBuf]) -> Result<Loaded, String> {
+        if !bytes.starts_with(&report_format::framing::MAGIC) {
+            return Err("not a crash report (it does not start with the report magic)".into());
         }
+        let mut loaded = crate::load(bytes).map_err(|e| e.to_string())?;
+        if !debug_files.is_empty() {
+            if let Loaded::Report { log, .. } = &mut loaded {
+                let mut store = SymbolStore::only(debug_files.to_vec()).with_cache(self.files.clone());
+                symbolicate::symbolicate(log, &mut store);
+            }
+        }
+        Ok(loaded)
     }
-    Ok(loaded)
 }
 
 /// The directory whose images count as the app's: the `.app` bundle holding the executable, else the
@@ -120,11 +148,11 @@ fn analysis_of(loaded: &Loaded) -> Result<Analysis, String> {
 
 impl Analyzer for ViewerAnalyzer {
     fn analyze(&self, bytes: &[u8], debug_files: &[PathBuf]) -> Result<Analysis, String> {
-        analysis_of(&load_report(bytes, debug_files)?)
+        analysis_of(&self.load_report(bytes, debug_files)?)
     }
 
     fn render(&self, bytes: &[u8], debug_files: &[PathBuf], format: RenderFormat) -> Result<Option<String>, String> {
-        let mut loaded = load_report(bytes, debug_files)?;
+        let mut loaded = self.load_report(bytes, debug_files)?;
         Ok(match format {
             // Already symbolicated by load_report: render without a store.
             RenderFormat::Text => Some(crate::render_loaded(&mut loaded, Layout::Modern, Format::Text, None)),
@@ -236,16 +264,70 @@ mod tests {
             ..Report::default()
         };
         let bytes = report_format::owned::to_bytes(&report).expect("encodes");
-        let a = ViewerAnalyzer.analyze(&bytes, &[]).expect("analysis");
+        let a = ViewerAnalyzer::default().analyze(&bytes, &[]).expect("analysis");
         assert_eq!(a.exception.as_deref(), Some("hang (non-fatal)"));
         assert_eq!(a.crashed_frames.len(), 2, "{:?}", a.crashed_frames);
+    }
+
+    /// Reports of one build analysed one after another load its debug file once: the analyzer keeps it.
+    #[test]
+    fn debug_files_are_loaded_once_across_reports() {
+        use object::{Object, ObjectSegment, ObjectSymbol};
+        use report_format::model::{Exception, Image, Report, Thread};
+        let dwarf = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/macho-built/crashy.dSYM/Contents/Resources/DWARF/crashy");
+        let ident = crate::symbols::identify(&dwarf).into_iter().next().expect("the dSYM is an object");
+        let data = fs::read(&dwarf).unwrap();
+        let obj = object::File::parse(&*data).unwrap();
+        let text = obj.segments().find(|s| s.name().ok().flatten() == Some("__TEXT")).unwrap();
+        let function = obj
+            .symbols()
+            .filter(|s| s.kind() == object::SymbolKind::Text && s.address() > text.address() && s.size() > 8)
+            .min_by_key(|s| s.address())
+            .or_else(|| obj.symbols().find(|s| s.kind() == object::SymbolKind::Text && s.address() > 0))
+            .expect("a function");
+        let report = Report {
+            format_version: (2, 3),
+            exception: Some(Exception::default()),
+            threads: vec![Thread {
+                index: 0,
+                crashed: true,
+                frames: vec![function.address() + 4],
+                ..Thread::default()
+            }],
+            images: vec![Image {
+                index: 0,
+                name: "crashy".into(),
+                path: Some("/Applications/Crashy.app/crashy".into()),
+                load_address: text.address(),
+                size: text.size(),
+                slide: Some(0),
+                id: ident.id.clone(),
+                arch: Some(ident.arch.clone()),
+                ..Image::default()
+            }],
+            ..Report::default()
+        };
+        let bytes = report_format::owned::to_bytes(&report).expect("encodes");
+        let analyzer = ViewerAnalyzer::default();
+        let files = [dwarf.clone()];
+        let first = analyzer.analyze(&bytes, &files).expect("analysis");
+        assert!(first.crashed_frames[0].symbol.is_some(), "{:?}", first.crashed_frames);
+        let text = analyzer.render(&bytes, &files, RenderFormat::Text).expect("renders").expect("text");
+        assert_eq!(analyzer.clone().analyze(&bytes, &files).expect("analysis").crashed_frames, first.crashed_frames);
+        assert_eq!(analyzer.debug_file_loads(), 1, "one load for three uses, clones included");
+        // Without a budget every report loads the file again; the answers are the same.
+        let forgetful = ViewerAnalyzer::with_cache_budget(0);
+        assert_eq!(forgetful.render(&bytes, &files, RenderFormat::Text).expect("renders"), Some(text));
+        assert_eq!(forgetful.analyze(&bytes, &files).expect("analysis").crashed_frames, first.crashed_frames);
+        assert_eq!(forgetful.debug_file_loads(), 2);
     }
 
     #[test]
     fn refuses_what_is_not_a_report() {
         for bytes in [&b""[..], b"hello", b"{\"bug_type\":\"309\"}"] {
-            assert!(ViewerAnalyzer.analyze(bytes, &[]).is_err(), "{bytes:?}");
-            assert!(ViewerAnalyzer.render(bytes, &[], RenderFormat::Text).is_err(), "{bytes:?}");
+            assert!(ViewerAnalyzer::default().analyze(bytes, &[]).is_err(), "{bytes:?}");
+            assert!(ViewerAnalyzer::default().render(bytes, &[], RenderFormat::Text).is_err(), "{bytes:?}");
         }
     }
 }

@@ -24,7 +24,7 @@ use crate::render::symbol_part;
 use crate::symbolicate::{to_svma, Questions};
 use crate::symbols::{parse_image_id, DebugFile, ImageQuery, SymbolStore};
 use report_format::model::ImageId;
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// One `Binary Images:` line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -218,7 +218,7 @@ pub fn symbolicate_text(input: &[u8], store: &mut SymbolStore) -> TextResult {
         .filter_map(|l| parse_image_line(l.trim_end()))
         .collect();
     let other_os = !flavor_of_text(input).is_host_os();
-    let mut files: Vec<Option<Option<Rc<DebugFile>>>> = vec![None; images.len()];
+    let mut files: Vec<Option<Option<Arc<DebugFile>>>> = vec![None; images.len()];
     let mut out = TextResult {
         text: Vec::with_capacity(input.len() + input.len() / 4),
         images: images.len(),

@@ -116,7 +116,7 @@ pub(crate) fn run_serve(a: ServeArgs) -> u8 {
     config.log_requests = true;
     let running = match collector::Running::start(
         config.clone(),
-        Arc::new(viewer::collector::ViewerAnalyzer),
+        Arc::new(viewer::collector::ViewerAnalyzer::default()),
         &a.addr,
         a.workers,
     ) {

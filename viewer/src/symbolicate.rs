@@ -8,7 +8,7 @@
 use crate::crashlog::{CrashLog, FrameLog, SymbolInfo};
 use crate::symbols::{DebugFile, ImageQuery, SymbolStore};
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// Translates a runtime address of an image into the debug file's link-time address (SVMA): `address - slide`
 /// when the report knows the slide, else `address - load address + the file's image base`.
@@ -30,7 +30,7 @@ pub fn symbolicate(log: &mut CrashLog, store: &mut SymbolStore) {
         }
     }
     let other_os = !log.flavor.is_host_os();
-    let files: Vec<Option<Rc<DebugFile>>> = log
+    let files: Vec<Option<Arc<DebugFile>>> = log
         .images
         .iter()
         .zip(&needed)
@@ -111,7 +111,7 @@ impl Questions {
     }
 
     /// Answers every image's questions in one batch to its debug file, `file(image)` (`None`: no answers).
-    pub(crate) fn answer(self, file: impl Fn(usize) -> Option<Rc<DebugFile>>) -> Answers {
+    pub(crate) fn answer(self, file: impl Fn(usize) -> Option<Arc<DebugFile>>) -> Answers {
         let per_image = self
             .per_image
             .iter()

@@ -26,8 +26,8 @@ use std::collections::HashMap;
 use std::fs;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The bytes of a debug file: read into memory, or mapped ([`SymbolStore::with_mapped_files`]).
 #[derive(Debug)]
@@ -202,6 +202,9 @@ fn macho_cpusubtype<'a, R: ReadRef<'a>>(f: &object::File<'a, R>) -> Option<u32> 
 ///
 /// The file is read (or mapped) once into one shared buffer; the DWARF sections and the symbol names are ranges of it (only
 /// compressed sections get buffers of their own), so loading copies nothing else.
+///
+/// `Send` and `Sync`: threads may share one file ([`DebugFileCache`]). Lookups through `addr2line` take turns on
+/// the file's context; batches share the listed units and the kept answers.
 pub struct DebugFile {
     /// Where it came from.
     pub identity: Identity,
@@ -211,17 +214,19 @@ pub struct DebugFile {
     symbols: SymbolTable,
     /// The DWARF sections present (readers over the shared buffer), to build more contexts for parallel lookups.
     sections: Vec<(gimli::SectionId, Reader)>,
-    /// DWARF through `addr2line`, built on first use: `None` inside when the file has none or it does not parse.
-    dwarf: std::cell::OnceCell<Option<Context<Reader>>>,
+    /// DWARF through `addr2line`, built on first use (`None` before; `Some(None)` when the file has none or it
+    /// does not parse). Behind a lock: an `addr2line` context is not `Sync` (it fills its tables as it goes), and
+    /// a file may be shared by threads ([`DebugFileCache`]).
+    dwarf: Mutex<Option<Option<Context<Reader>>>>,
     /// Set when a DWARF lookup panicked inside a library (corrupt debug info); DWARF is not used again.
-    dwarf_broken: std::cell::Cell<bool>,
+    dwarf_broken: AtomicBool,
     /// The units listed for batches (`symbols/batch.rs`), built on the first batch that needs them: `None` inside
     /// when the file has no DWARF or its units cannot be listed.
-    units: std::cell::OnceCell<Option<batch::Units>>,
+    units: OnceLock<Option<batch::Units>>,
     /// Answers of [`DebugFile::lookup_batch`] by `(address, probe)`, at most [`KEPT_ANSWERS_MAX`].
-    answers: std::cell::RefCell<HashMap<(u64, u64), Vec<SymbolInfo>>>,
+    answers: Mutex<HashMap<(u64, u64), Vec<SymbolInfo>>>,
     /// Batches that went unit by unit (tests check which path a batch took).
-    unit_batches: std::cell::Cell<usize>,
+    unit_batches: AtomicUsize,
 }
 
 impl std::fmt::Debug for DebugFile {
@@ -327,11 +332,11 @@ impl DebugFile {
             image_base,
             symbols,
             sections,
-            dwarf: std::cell::OnceCell::new(),
-            dwarf_broken: std::cell::Cell::new(false),
-            units: std::cell::OnceCell::new(),
+            dwarf: Mutex::new(None),
+            dwarf_broken: AtomicBool::new(false),
+            units: OnceLock::new(),
             answers: Default::default(),
-            unit_batches: std::cell::Cell::new(0),
+            unit_batches: AtomicUsize::new(0),
         })
     }
 
@@ -342,35 +347,46 @@ impl DebugFile {
 
     /// True when DWARF line information is available.
     pub fn has_dwarf(&self) -> bool {
-        self.addr2line().is_some()
+        self.with_addr2line(|_| ()).is_some()
     }
 
-    /// The `addr2line` context over this file's DWARF, built on first use (`None` without usable DWARF).
-    fn addr2line(&self) -> Option<&Context<Reader>> {
-        self.dwarf
-            .get_or_init(|| {
-                if self.sections.is_empty() {
-                    return None;
-                }
-                // A panic in the parser (corrupt debug info) leaves the file without DWARF.
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| context(&self.sections))).ok().flatten()
-            })
-            .as_ref()
+    /// Runs `f` with the `addr2line` context over this file's DWARF, built on first use; `None` without usable
+    /// DWARF. Other users of the context wait meanwhile: `f` must not call back into this file's lookups.
+    fn with_addr2line<T>(&self, f: impl FnOnce(&Context<Reader>) -> T) -> Option<T> {
+        // Every use of the context is under `catch_unwind`, so a poisoned lock only means a panic elsewhere.
+        let mut dwarf = self.dwarf.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let ctx = dwarf.get_or_insert_with(|| {
+            if self.sections.is_empty() {
+                return None;
+            }
+            // A panic in the parser (corrupt debug info) leaves the file without DWARF.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| context(&self.sections))).ok().flatten()
+        });
+        ctx.as_ref().map(f)
+    }
+
+    /// Whether the `addr2line` context exists already (without building it).
+    fn addr2line_built(&self) -> bool {
+        matches!(*self.dwarf.lock().unwrap_or_else(std::sync::PoisonError::into_inner), Some(Some(_)))
     }
 
     /// Resolves a link-time address (SVMA). `probe` is where to look (the address, or address - 1 for a return
     /// address); offsets are computed from `address`. Returns the frames at that address, innermost (inlined)
     /// first and the out-of-line function last; empty when nothing covers it.
     pub fn lookup(&self, address: u64, probe: u64) -> Vec<SymbolInfo> {
-        let out = match (self.addr2line(), self.dwarf_broken.get()) {
-            (Some(ctx), false) => {
+        let found = match self.dwarf_broken.load(AtomicOrdering::Relaxed) {
+            false => self.with_addr2line(|ctx| {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dwarf_frames(ctx, address, probe)))
-                    .unwrap_or_else(|_| {
-                        self.dwarf_broken.set(true);
-                        Vec::new()
-                    })
+            }),
+            true => None,
+        };
+        let out = match found {
+            Some(Ok(frames)) => frames,
+            Some(Err(_)) => {
+                self.dwarf_broken.store(true, AtomicOrdering::Relaxed);
+                Vec::new()
             }
-            _ => Vec::new(),
+            None => Vec::new(),
         };
         self.symbols.finish_lookup(out, address, probe)
     }
@@ -390,19 +406,19 @@ impl DebugFile {
     /// store renders one after another share most of their frames.
     pub fn lookup_batch(&self, queries: &[(u64, u64)]) -> Vec<Vec<SymbolInfo>> {
         let mut out: Vec<Option<Vec<SymbolInfo>>> = {
-            let kept = self.answers.borrow();
+            let kept = self.answers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             queries.iter().map(|q| kept.get(q).cloned()).collect()
         };
         let missing: Vec<usize> = (0..queries.len()).filter(|&i| out[i].is_none()).collect();
         let asked: Vec<(u64, u64)> = missing.iter().map(|&i| queries[i]).collect();
-        let addr2line_ready = matches!(self.dwarf.get(), Some(Some(_)));
+        let addr2line_ready = self.addr2line_built();
         let got = if asked.is_empty() || (asked.len() < UNIT_BATCH_MIN && addr2line_ready) {
             asked.iter().map(|&(a, p)| self.lookup(a, p)).collect()
         } else {
             self.lookup_batch_units(&asked, cores()).0
         };
         let keep = missing.len() <= KEPT_BATCH_MAX;
-        let mut kept = self.answers.borrow_mut();
+        let mut kept = self.answers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for (i, frames) in missing.into_iter().zip(got) {
             if keep && kept.len() < KEPT_ANSWERS_MAX {
                 kept.insert(queries[i], frames.clone());
@@ -417,7 +433,7 @@ impl DebugFile {
     /// [`DebugFile::lookup`].
     #[doc(hidden)]
     pub fn lookup_batch_units(&self, queries: &[(u64, u64)], threads: usize) -> (Vec<Vec<SymbolInfo>>, usize) {
-        let units = match self.dwarf_broken.get() {
+        let units = match self.dwarf_broken.load(AtomicOrdering::Relaxed) {
             false => self
                 .units
                 .get_or_init(|| {
@@ -434,7 +450,7 @@ impl DebugFile {
         let Some(units) = units else {
             return (self.lookup_batch_addr2line(queries), queries.len());
         };
-        self.unit_batches.set(self.unit_batches.get().saturating_add(1));
+        self.unit_batches.fetch_add(1, AtomicOrdering::Relaxed);
         let found = batch::lookup(units, &self.symbols, queries, threads);
         let mut left = 0;
         let frames = found
@@ -473,10 +489,8 @@ impl DebugFile {
 
     /// [`DebugFile::lookup_batch_addr2line`] as if the machine had `cores` cores (tests split batches on any machine).
     fn lookup_batch_on(&self, queries: &[(u64, u64)], cores: usize) -> Vec<Vec<SymbolInfo>> {
-        let Some(ctx) = self.addr2line().filter(|_| !self.dwarf_broken.get()) else {
-            return queries.iter().map(|&(a, p)| self.lookup(a, p)).collect();
-        };
-        if cores < 2 || queries.len() < PARALLEL_BATCH_MIN {
+        let parallel = cores >= 2 && queries.len() >= PARALLEL_BATCH_MIN;
+        if !parallel || self.dwarf_broken.load(AtomicOrdering::Relaxed) || !self.has_dwarf() {
             return queries.iter().map(|&(a, p)| self.lookup(a, p)).collect();
         }
         let mut order: Vec<usize> = (0..queries.len()).collect();
@@ -497,25 +511,32 @@ impl DebugFile {
             }))
             .ok()
         };
+        // This thread's run uses the file's own context (its tables stay for later lookups), under its lock; each
+        // other run gets a thread and a context of its own.
+        let ran = self.with_addr2line(|ctx| {
+            std::thread::scope(|scope| {
+                let others: Vec<_> = runs
+                    .map(|run| (run, scope.spawn(move || context(sections).and_then(|c| resolve(&c, run)))))
+                    .collect();
+                let mine = resolve(ctx, first);
+                let others: Vec<_> = others.into_iter().map(|(run, h)| (run, h.join().ok().flatten())).collect();
+                (mine, others)
+            })
+        });
+        let Some((mine, others)) = ran else {
+            return queries.iter().map(|&(a, p)| self.lookup(a, p)).collect();
+        };
+        if mine.is_none() {
+            self.dwarf_broken.store(true, AtomicOrdering::Relaxed);
+        }
         let mut out: Vec<Vec<SymbolInfo>> = vec![Vec::new(); queries.len()];
         let mut failed: Vec<&[usize]> = Vec::new();
-        std::thread::scope(|scope| {
-            let others: Vec<_> =
-                runs.map(|run| (run, scope.spawn(move || context(sections).and_then(|c| resolve(&c, run))))).collect();
-            let mine = resolve(ctx, first);
-            if mine.is_none() {
-                self.dwarf_broken.set(true);
+        for (run, results) in std::iter::once((first, mine)).chain(others) {
+            match results {
+                Some(v) => v.into_iter().for_each(|(i, frames)| out[i] = frames),
+                None => failed.push(run),
             }
-            for (run, results) in std::iter::once((first, mine)).chain(others.into_iter().map(|(run, h)| {
-                let r = h.join().ok().flatten();
-                (run, r)
-            })) {
-                match results {
-                    Some(v) => v.into_iter().for_each(|(i, frames)| out[i] = frames),
-                    None => failed.push(run),
-                }
-            }
-        });
+        }
         // A run whose DWARF lookups failed gets the symbol table alone, as `lookup` does once DWARF is broken.
         for run in failed {
             for &i in run {
@@ -791,6 +812,95 @@ pub struct ImageQuery {
     pub other_os: bool,
 }
 
+/// Debug files kept across [`SymbolStore`]s, for a long-running process that symbolicates one report after
+/// another (the collector): the reports of one build share its debug files, and loading a file and listing its
+/// units costs far more than the lookups of one report.
+///
+/// Files are kept by object (path and universal slice) with the file's length and modification time; a file
+/// whose length or time changed is loaded again. Kept files are bounded by the sum of their file sizes in bytes
+/// (the buffer a read file takes; the unit list and kept answers come on top), the least recently used going
+/// first; a file larger than the whole budget is used but not kept. Shared by threads: the files it hands out are
+/// `Sync` (lookups on one file from several threads take turns where they share state).
+#[derive(Debug)]
+pub struct DebugFileCache {
+    /// Bytes of files kept at most.
+    budget: u64,
+    state: Mutex<CacheState>,
+}
+
+/// A file's length in bytes and modification time, when it was loaded.
+type Stamp = (u64, Option<std::time::SystemTime>);
+
+#[derive(Debug)]
+struct KeptFile {
+    object: ObjectRef,
+    stamp: Stamp,
+    /// The cache's use count at this file's last use.
+    last_use: u64,
+    file: Arc<DebugFile>,
+}
+
+#[derive(Debug, Default)]
+struct CacheState {
+    files: Vec<KeptFile>,
+    /// Uses so far (the clock of `last use`).
+    uses: u64,
+    /// Files loaded (not found kept).
+    loads: usize,
+}
+
+impl DebugFileCache {
+    /// A cache keeping up to `budget` bytes of debug files (their file sizes).
+    pub fn new(budget: u64) -> DebugFileCache {
+        DebugFileCache { budget, state: Mutex::new(CacheState::default()) }
+    }
+
+    /// How many files it has loaded (each time one was not kept, or had changed); tests and statistics.
+    pub fn loads(&self) -> usize {
+        self.lock().loads
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The kept file for `ident`, else the file loaded (read, or mapped with `map`) and kept.
+    fn get_or_load(&self, ident: &Identity, map: bool) -> Result<Arc<DebugFile>, LoadError> {
+        let meta = fs::metadata(&ident.object.path).map_err(LoadError::Io)?;
+        let stamp = (meta.len(), meta.modified().ok());
+        {
+            let mut st = self.lock();
+            st.uses += 1;
+            let now = st.uses;
+            if let Some(i) = st.files.iter().position(|f| f.object == ident.object) {
+                if st.files[i].stamp == stamp {
+                    st.files[i].last_use = now;
+                    return Ok(st.files[i].file.clone());
+                }
+                st.files.swap_remove(i);
+            }
+        }
+        // Loaded without the lock: another thread may load the same file meanwhile; the first one kept wins.
+        let file = Arc::new(if map { DebugFile::load_mapped(ident.clone()) } else { DebugFile::load(ident.clone()) }?);
+        let mut st = self.lock();
+        st.loads += 1;
+        if let Some(kept) = st.files.iter().find(|f| f.object == ident.object && f.stamp == stamp) {
+            return Ok(kept.file.clone());
+        }
+        if stamp.0 <= self.budget {
+            while st.files.iter().map(|f| f.stamp.0).sum::<u64>() + stamp.0 > self.budget {
+                let Some(oldest) = st.files.iter().enumerate().min_by_key(|(_, f)| f.last_use).map(|(i, _)| i) else {
+                    break;
+                };
+                st.files.swap_remove(oldest);
+            }
+            let last_use = st.uses;
+            st.files.push(KeptFile { object: ident.object.clone(), stamp, last_use, file: file.clone() });
+        }
+        Ok(file)
+    }
+}
+
 /// Finds debug files and caches them for the whole run.
 #[derive(Default)]
 pub struct SymbolStore {
@@ -799,14 +909,16 @@ pub struct SymbolStore {
     use_system_dirs: bool,
     /// Map debug files instead of reading them ([`DebugFile::load_mapped`]).
     map_files: bool,
+    /// Debug files shared with other stores ([`SymbolStore::with_cache`]).
+    shared: Option<Arc<DebugFileCache>>,
     scanned: bool,
     /// Everything identified in the search paths.
     candidates: Vec<Identity>,
     by_id: HashMap<Vec<u8>, Vec<usize>>,
     /// Parsed files, by object (path + slice).
-    loaded: HashMap<ObjectRef, Option<Rc<DebugFile>>>,
+    loaded: HashMap<ObjectRef, Option<Arc<DebugFile>>>,
     /// Resolution per image query (id hex or name), so each image is looked up once.
-    resolved: HashMap<String, Option<Rc<DebugFile>>>,
+    resolved: HashMap<String, Option<Arc<DebugFile>>>,
     notes: Vec<String>,
 }
 
@@ -835,6 +947,13 @@ impl SymbolStore {
     /// for a one-shot command, but a file truncated while in use ends the process with SIGBUS).
     pub fn with_mapped_files(mut self) -> Self {
         self.map_files = true;
+        self
+    }
+
+    /// The same store, taking its debug files from `cache` (and loading into it the ones it lacks), so that they
+    /// outlive this store: for a long-running process, one store per report.
+    pub fn with_cache(mut self, cache: Arc<DebugFileCache>) -> Self {
+        self.shared = Some(cache);
         self
     }
 
@@ -886,14 +1005,17 @@ impl SymbolStore {
         }
     }
 
-    fn load(&mut self, ident: &Identity) -> Option<Rc<DebugFile>> {
+    fn load(&mut self, ident: &Identity) -> Option<Arc<DebugFile>> {
         if let Some(f) = self.loaded.get(&ident.object) {
             return f.clone();
         }
-        let loaded =
-            if self.map_files { DebugFile::load_mapped(ident.clone()) } else { DebugFile::load(ident.clone()) };
+        let loaded = match &self.shared {
+            Some(cache) => cache.get_or_load(ident, self.map_files),
+            None if self.map_files => DebugFile::load_mapped(ident.clone()).map(Arc::new),
+            None => DebugFile::load(ident.clone()).map(Arc::new),
+        };
         let f = match loaded {
-            Ok(f) => Some(Rc::new(f)),
+            Ok(f) => Some(f),
             Err(e) => {
                 self.notes.push(format!("{}: {e}", ident.object.path.display()));
                 None
@@ -905,7 +1027,7 @@ impl SymbolStore {
 
     /// Loads a specific file (for `atos`), choosing the slice of a universal file by `id`, then `arch`, then the
     /// first slice.
-    pub fn load_path(&mut self, path: &Path, id: Option<&ImageId>, arch: Option<&str>) -> Option<Rc<DebugFile>> {
+    pub fn load_path(&mut self, path: &Path, id: Option<&ImageId>, arch: Option<&str>) -> Option<Arc<DebugFile>> {
         let idents = identify(path);
         let pick = idents
             .iter()
@@ -927,7 +1049,7 @@ impl SymbolStore {
     }
 
     /// Finds (once per image) and loads the debug file for an image.
-    pub fn find(&mut self, q: &ImageQuery) -> Option<Rc<DebugFile>> {
+    pub fn find(&mut self, q: &ImageQuery) -> Option<Arc<DebugFile>> {
         let key = match &q.id {
             Some(id) => id.to_hex(),
             None => format!(
@@ -944,7 +1066,7 @@ impl SymbolStore {
         r
     }
 
-    fn find_uncached(&mut self, q: &ImageQuery) -> Option<Rc<DebugFile>> {
+    fn find_uncached(&mut self, q: &ImageQuery) -> Option<Arc<DebugFile>> {
         self.scan();
         let label = q.name.as_deref().unwrap_or("???").to_string();
         if let Some(id) = &q.id {
@@ -1105,6 +1227,60 @@ mod tests {
         assert!(named >= queries.len() - 2, "only {named} of {} queries named a function", queries.len());
     }
 
+    /// A file is loaded once for all the stores sharing a cache, again when its length or time changes, and not
+    /// kept when it is larger than the cache's budget.
+    #[test]
+    fn a_shared_cache_loads_a_file_once_and_again_when_it_changes() {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/macho-built/crashy.dSYM/Contents/Resources/DWARF/crashy");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("crashy");
+        let bytes = fs::read(&fixture).unwrap();
+        fs::write(&path, &bytes).unwrap();
+        let cache = Arc::new(DebugFileCache::new(1 << 20));
+        let load_from = |cache: &Arc<DebugFileCache>, path: &Path| {
+            let mut store = SymbolStore::only(vec![path.to_path_buf()]).with_cache(cache.clone());
+            store.load_path(path, None, None).expect("the fixture loads")
+        };
+        let load = |cache: &Arc<DebugFileCache>| load_from(cache, &path);
+        let (a, b) = (load(&cache), load(&cache));
+        assert!(Arc::ptr_eq(&a, &b), "the second store got the kept file");
+        assert_eq!(cache.loads(), 1);
+        // The same object with one more byte: a changed file is loaded again.
+        let mut longer = bytes.clone();
+        longer.push(0);
+        fs::write(&path, &longer).unwrap();
+        let c = load(&cache);
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(cache.loads(), 2);
+        assert!(Arc::ptr_eq(&c, &load(&cache)));
+        assert_eq!(cache.loads(), 2);
+        // A budget smaller than the file: used, never kept.
+        let small = Arc::new(DebugFileCache::new(longer.len() as u64 - 1));
+        let (d, e) = (load(&small), load(&small));
+        assert!(!Arc::ptr_eq(&d, &e));
+        assert_eq!(small.loads(), 2);
+        assert_eq!(d.lookup(0, 0), e.lookup(0, 0));
+        // Room for one file: the least recently used one goes.
+        let other = dir.path().join("crashy2");
+        fs::write(&other, &longer).unwrap();
+        let one = Arc::new(DebugFileCache::new(longer.len() as u64 * 3 / 2));
+        let first = load(&one);
+        let second = load_from(&one, &other);
+        assert!(Arc::ptr_eq(&second, &load_from(&one, &other)), "the newer file is kept");
+        assert_eq!(one.loads(), 2);
+        assert!(!Arc::ptr_eq(&first, &load(&one)), "the older one was let go");
+        assert_eq!(one.loads(), 3);
+    }
+
+    /// Kept files are shared by the collector's threads.
+    #[test]
+    fn debug_files_are_send_and_sync() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<DebugFile>();
+        shareable::<DebugFileCache>();
+    }
+
     /// A small batch on a file `addr2line` has not read yet goes unit by unit and keeps the listed units for the
     /// next batch; once `addr2line` holds the file's tables a small batch goes through them. Both give, query by
     /// query, what `lookup` gives.
@@ -1118,27 +1294,27 @@ mod tests {
             .map(|k| funcs[(k.wrapping_mul(2_654_435_761) % funcs.len() as u64) as usize])
             .map(|(start, end)| (start + (end - start) / 2, start + (end - start) / 2))
             .collect();
-        assert!(file.units.get().is_none() && file.dwarf.get().is_none());
+        assert!(file.units.get().is_none() && file.dwarf.lock().unwrap().is_none());
         let first = file.lookup_batch(&queries);
         assert!(matches!(file.units.get(), Some(Some(_))), "the units were listed and kept");
-        assert_eq!(file.unit_batches.get(), 1, "the batch went unit by unit");
-        assert_eq!(file.answers.borrow().len(), queries.len(), "the answers were kept");
+        assert_eq!(file.unit_batches.load(AtomicOrdering::Relaxed), 1, "the batch went unit by unit");
+        assert_eq!(file.answers.lock().unwrap().len(), queries.len(), "the answers were kept");
         let single: Vec<Vec<SymbolInfo>> = queries.iter().map(|&(a, p)| file.lookup(a, p)).collect();
         assert_eq!(first, single);
         assert!(first.iter().filter(|f| !f.is_empty()).count() >= 9, "{first:?}");
         // addr2line now holds the tables: new questions in a small batch go through them.
-        assert!(matches!(file.dwarf.get(), Some(Some(_))));
+        assert!(file.addr2line_built());
         let shifted: Vec<(u64, u64)> = queries.iter().map(|&(a, p)| (a + 1, p + 1)).collect();
         let expected: Vec<Vec<SymbolInfo>> = shifted.iter().map(|&(a, p)| file.lookup(a, p)).collect();
         assert_eq!(file.lookup_batch(&shifted), expected);
-        assert_eq!(file.unit_batches.get(), 1, "the small batch went through addr2line");
-        assert_eq!(file.answers.borrow().len(), 2 * queries.len());
+        assert_eq!(file.unit_batches.load(AtomicOrdering::Relaxed), 1, "the small batch went through addr2line");
+        assert_eq!(file.answers.lock().unwrap().len(), 2 * queries.len());
         // The first batch again comes from the kept answers, not from a lookup: with DWARF marked broken a lookup
         // would give the symbol table's names alone, without file and line.
-        file.dwarf_broken.set(true);
+        file.dwarf_broken.store(true, AtomicOrdering::Relaxed);
         let k = single.iter().position(|f| f.iter().any(|s| s.line.is_some())).expect("a query with a line");
         assert_ne!(file.lookup(queries[k].0, queries[k].1), single[k], "a lookup now loses the line");
         assert_eq!(file.lookup_batch(&queries), single);
-        assert_eq!(file.unit_batches.get(), 1, "nothing was looked up");
+        assert_eq!(file.unit_batches.load(AtomicOrdering::Relaxed), 1, "nothing was looked up");
     }
 }
