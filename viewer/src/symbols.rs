@@ -340,6 +340,12 @@ impl DebugFile {
         })
     }
 
+    /// The DWARF sections loaded, by name (`.debug_info`, ...): tests check which ones are left out.
+    #[doc(hidden)]
+    pub fn dwarf_section_names(&self) -> Vec<&'static str> {
+        self.sections.iter().map(|(id, _)| id.name()).collect()
+    }
+
     /// Number of function symbols indexed.
     pub fn symbol_count(&self) -> usize {
         self.symbols.entries.len()
@@ -748,15 +754,27 @@ fn symbol_table(obj: &object::File<'_>, data: &[u8]) -> Vec<Sym> {
     out
 }
 
+/// DWARF sections no lookup reads (variable locations and macros): left out, so that a compressed one (Debian's
+/// `-dbg` packages compress every section) is not decompressed for nothing.
+const UNREAD_SECTIONS: [gimli::SectionId; 4] = [
+    gimli::SectionId::DebugLoc,
+    gimli::SectionId::DebugLocLists,
+    gimli::SectionId::DebugMacinfo,
+    gimli::SectionId::DebugMacro,
+];
+
 /// The DWARF sections of `obj` as readers over `data` (a compressed section is decompressed into a buffer of its
-/// own): every section `gimli::Dwarf::load` asks for that the file has. Empty when it has none.
+/// own): every section `gimli::Dwarf::load` asks for that the file has, but [`UNREAD_SECTIONS`]. Empty when it has
+/// none.
 fn dwarf_sections(obj: &object::File<'_>, data: &Bytes) -> Vec<(gimli::SectionId, Reader)> {
     let endian = if obj.is_little_endian() { RunTimeEndian::Little } else { RunTimeEndian::Big };
     let whole = EndianReader::new(data.clone(), endian);
     let mut out = Vec::new();
     // Dwarf::load names the sections it reads; the readers it builds are dropped, the list is kept.
     let _ = gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
-        let reader = obj.section_by_name(id.name()).and_then(|s| match s.uncompressed_data() {
+        let wanted = !UNREAD_SECTIONS.contains(&id);
+        let section = obj.section_by_name(id.name()).filter(|_| wanted);
+        let reader = section.and_then(|s| match s.uncompressed_data() {
             Ok(std::borrow::Cow::Borrowed(b)) => Some(match range_in(data, b) {
                 Some(r) => whole.range(r),
                 None => EndianReader::new(Bytes::new(b.to_vec()), endian),

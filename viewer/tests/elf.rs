@@ -1,6 +1,6 @@
 //! ELF symbolication with programs compiled at test time by gcc (always present): lookup by GNU build ID, DWARF
 //! lines with inlined functions, separate debug files in the `.build-id/xx/yyyy.debug` layout, the symbol table when
-//! there is no DWARF, and a debug file with the wrong build ID refused with a note.
+//! there is no DWARF, a debug file with the wrong build ID refused with a note, and compressed debug sections.
 
 use object::{Object, ObjectSymbol};
 use report_format::model::{Exception, Image, ImageId, Meta, Os, Report, Thread};
@@ -118,6 +118,46 @@ fn elf_with_dwarf_found_by_build_id_with_inlines() {
     assert!(frames[1].contains(" leaf + ") && frames[1].contains("(prog.c:6)"), "{}", frames[1]);
     assert!(frames[2].starts_with("2   prog") && frames[2].contains(" main + 1 (prog.c:"), "{}", frames[2]);
     assert!(text.contains(&format!("<{}>", build_id(&prog).iter().map(|b| format!("{b:02x}")).collect::<String>())));
+}
+
+/// Compressed debug sections (`-gz`, as Debian's `-dbg` packages ship them) give the same frames as plain ones,
+/// and the sections no lookup reads (location lists) are not loaded, so not decompressed.
+#[test]
+fn compressed_debug_sections_give_the_same_frames_and_location_lists_are_left_out() {
+    // Variables that live across calls get location lists at -O2.
+    let source = format!(
+        "{SOURCE}\n__attribute__((noinline)) int sum(int n) {{\n    int s = 0;\n    for (int i = 0; i < n; i++) \
+         s += leaf(i) * i;\n    return s;\n}}\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let plain = gcc(dir.path(), "plain", &source, &["-O2", "-gdwarf-5"]);
+    let packed = gcc(dir.path(), "packed", &source, &["-O2", "-gdwarf-5", "-gz=zlib"]);
+    let data = std::fs::read(&packed).unwrap();
+    let obj = object::File::parse(&*data).unwrap();
+    let loclists = obj.section_by_name(".debug_loclists").expect("-O2 code has location lists");
+    assert!(
+        matches!(
+            object::ObjectSection::compressed_file_range(&loclists).unwrap().format,
+            object::CompressionFormat::Zlib
+        ),
+        "the sections are compressed"
+    );
+    let mut store = SymbolStore::only(vec![]);
+    let (a, b) = (store.load_path(&plain, None, None).unwrap(), store.load_path(&packed, None, None).unwrap());
+    let names = b.dwarf_section_names();
+    assert!(names.contains(&".debug_info") && names.contains(&".debug_line"), "{names:?}");
+    assert!(!names.contains(&".debug_loclists") && !names.contains(&".debug_loc"), "{names:?}");
+    let (sum_a, sum_b) = (symbol(&plain, "sum"), symbol(&packed, "sum"));
+    let size = obj.symbols().find(|s| s.name() == Ok("sum")).map(|s| s.size()).expect("sum's size");
+    assert!(size >= 16, "sum is {size} bytes");
+    let key = |f: &[viewer::crashlog::SymbolInfo]| -> Vec<(String, Option<u64>)> {
+        f.iter().map(|s| (s.name.clone(), s.line)).collect()
+    };
+    for k in 0..size {
+        let (fa, fb) = (a.lookup(sum_a + k, sum_a + k), b.lookup(sum_b + k, sum_b + k));
+        assert_eq!(key(&fa), key(&fb), "sum + {k}");
+        assert!(fb.iter().any(|s| s.name == "sum" && s.line.is_some()), "sum + {k}: {fb:?}");
+    }
 }
 
 #[test]
