@@ -364,27 +364,153 @@ fn line_sequences(unit: gimli::UnitRef<'_, Reader>) -> Result<Vec<(u64, u64)>> {
 /// One row of a line program: address, file index, line register, and whether it ends its sequence.
 type Row = (u64, u64, u64, bool);
 
+/// What one instruction of a line program does besides moving the address (DWARF 5 section 6.2.5).
+enum Step {
+    /// It moves the line register by `line`, then appends a row; `end`: the row ends the sequence.
+    Row { line: i64, end: bool },
+    /// It moves the line register by this much.
+    Line(i64),
+    /// It sets the file register.
+    File(u64),
+    /// Nothing the decoders here keep.
+    Nothing,
+    /// `DW_LNE_define_file`: left to `gimli`.
+    DefineFile,
+}
+
+/// The address register of a line program's state machine (DWARF 5 section 6.2.2) and the instructions' decoding,
+/// as `gimli`'s `LineRows` does them (same tombstones, same errors): what [`run_fast`] and [`sequence_bounds`]
+/// share.
+struct Machine<'h> {
+    header: &'h gimli::LineProgramHeader<Reader>,
+    address: u64,
+    /// In tombstoned code (`DW_LNE_set_address` went backwards or to -1/-2): the address stays, and rows are
+    /// dropped (an end of sequence's reset still happens).
+    tombstone: bool,
+    /// The highest address of the address size.
+    mask: u64,
+    min_len: u64,
+}
+
+impl<'h> Machine<'h> {
+    /// `None` for what neither decoder handles: VLIW operation indexes, addresses other than 4 or 8 bytes, a line
+    /// range of 0.
+    fn new(header: &'h gimli::LineProgramHeader<Reader>) -> Option<Self> {
+        let encoding = header.line_encoding();
+        let size = header.address_size();
+        if encoding.maximum_operations_per_instruction != 1 || !(size == 4 || size == 8) || encoding.line_range == 0 {
+            return None;
+        }
+        let mask = u64::MAX >> (64 - u32::from(size) * 8);
+        let min_len = u64::from(encoding.minimum_instruction_length);
+        Some(Machine { header, address: 0, tombstone: false, mask, min_len })
+    }
+
+    /// The registers as at the start of a sequence.
+    fn reset(&mut self) {
+        (self.address, self.tombstone) = (0, false);
+    }
+
+    /// The address moved by `by` bytes (past the address size: an error).
+    #[inline]
+    fn advanced(&self, by: u64) -> Result<u64> {
+        match self.address.checked_add(by) {
+            Some(a) if a & !self.mask == 0 => Ok(a),
+            _ => Err(gimli::Error::AddressOverflow),
+        }
+    }
+
+    /// Moves the address by `by` bytes, unless in tombstoned code.
+    #[inline]
+    fn advance(&mut self, by: u64) -> Result<()> {
+        if !self.tombstone {
+            self.address = self.advanced(by)?;
+        }
+        Ok(())
+    }
+
+    /// Bytes `DW_LNS_const_add_pc` moves the address: as special opcode 255 (section 6.2.5.2).
+    fn const_add_pc(&self) -> u64 {
+        let encoding = self.header.line_encoding();
+        self.min_len.wrapping_mul(u64::from((255 - self.header.opcode_base()) / encoding.line_range))
+    }
+
+    /// Runs one instruction whose first byte, `opcode`, was read already, reading its operands from `input`.
+    fn step(&mut self, opcode: u8, input: &mut gimli::EndianSlice<'_, gimli::RunTimeEndian>) -> Result<Step> {
+        let (header, encoding) = (self.header, self.header.line_encoding());
+        if opcode == 0 {
+            let length = input.read_uleb128().and_then(<usize as gimli::ReaderOffset>::from_u64)?;
+            let mut rest = input.split(length)?;
+            return Ok(match gimli::DwLne(rest.read_u8()?) {
+                gimli::DW_LNE_end_sequence => Step::Row { line: 0, end: true },
+                gimli::DW_LNE_set_address => {
+                    let a = rest.read_address(header.address_size())?;
+                    self.tombstone = a < self.address || a >= self.mask - 1;
+                    if !self.tombstone {
+                        self.address = a;
+                    }
+                    Step::Nothing
+                }
+                gimli::DW_LNE_define_file => Step::DefineFile,
+                gimli::DW_LNE_set_discriminator => {
+                    rest.read_uleb128()?;
+                    Step::Nothing
+                }
+                _ => Step::Nothing,
+            });
+        }
+        if opcode >= header.opcode_base() {
+            // A special opcode (section 6.2.5.1).
+            let adjusted = opcode - header.opcode_base();
+            self.advance(self.min_len.wrapping_mul(u64::from(adjusted / encoding.line_range)))?;
+            let line = i64::from(encoding.line_base) + i64::from(adjusted % encoding.line_range);
+            return Ok(Step::Row { line, end: false });
+        }
+        Ok(match gimli::DwLns(opcode) {
+            gimli::DW_LNS_copy => Step::Row { line: 0, end: false },
+            gimli::DW_LNS_advance_pc => {
+                let ops = input.read_uleb128()?;
+                self.advance(self.min_len.wrapping_mul(ops))?;
+                Step::Nothing
+            }
+            gimli::DW_LNS_advance_line => Step::Line(input.read_sleb128()?),
+            gimli::DW_LNS_set_file => Step::File(input.read_uleb128()?),
+            gimli::DW_LNS_set_column | gimli::DW_LNS_set_isa => {
+                input.read_uleb128()?;
+                Step::Nothing
+            }
+            gimli::DW_LNS_negate_stmt
+            | gimli::DW_LNS_set_basic_block
+            | gimli::DW_LNS_set_prologue_end
+            | gimli::DW_LNS_set_epilogue_begin => Step::Nothing,
+            gimli::DW_LNS_const_add_pc => {
+                self.advance(self.const_add_pc())?;
+                Step::Nothing
+            }
+            gimli::DW_LNS_fixed_advance_pc => {
+                let by = input.read_u16()?;
+                self.advance(u64::from(by))?;
+                Step::Nothing
+            }
+            _ => {
+                // An opcode this DWARF version does not define: skip its operands, as the header counts them.
+                let mut lengths = header.standard_opcode_lengths().clone();
+                lengths.skip(usize::from(opcode - 1))?;
+                for _ in 0..lengths.read_u8()? {
+                    input.read_uleb128()?;
+                }
+                Step::Nothing
+            }
+        })
+    }
+}
+
 /// Runs a line program the way `gimli`'s `LineRows` does (same rows, same tombstones, same errors) but keeping
 /// only what rows need here (address, file, line), calling `row` for each. `Ok(None)` for what it does not
 /// handle (VLIW operation indexes, addresses other than 4 or 8 bytes, `DW_LNE_define_file`), left to `gimli`;
 /// rows already given must then be dropped.
 fn run_fast(header: &gimli::LineProgramHeader<Reader>, mut row: impl FnMut(Row)) -> Result<Option<()>> {
-    let encoding = header.line_encoding();
-    let size = header.address_size();
-    if encoding.maximum_operations_per_instruction != 1 || !(size == 4 || size == 8) || encoding.line_range == 0 {
-        return Ok(None);
-    }
-    let mask = u64::MAX >> (64 - u32::from(size) * 8);
-    let min_tombstone = mask - 1;
-    let min_len = u64::from(encoding.minimum_instruction_length);
-    let base = header.opcode_base();
-    let advance = |address: u64, by: u64| -> Result<u64> {
-        let a = address.checked_add(by).ok_or(gimli::Error::AddressOverflow)?;
-        if a & !mask != 0 {
-            return Err(gimli::Error::AddressOverflow);
-        }
-        Ok(a)
-    };
+    let Some(mut machine) = Machine::new(header) else { return Ok(None) };
     let advance_line = |line: u64, by: i64| -> u64 {
         if by < 0 {
             line.saturating_sub(by.unsigned_abs())
@@ -396,84 +522,26 @@ fn run_fast(header: &gimli::LineProgramHeader<Reader>, mut row: impl FnMut(Row))
     // reference up and down every time.
     let program = header.raw_program_buf();
     let mut input = gimli::EndianSlice::new(program.bytes(), program.endian());
-    // The registers this needs (DWARF 5 section 6.2.2), as at the start of a sequence.
-    let (mut address, mut file, mut line, mut tombstone) = (0u64, 1u64, 1u64, false);
+    // The other registers this needs (DWARF 5 section 6.2.2), as at the start of a sequence.
+    let (mut file, mut line) = (1u64, 1u64);
     while !input.is_empty() {
         let opcode = input.read_u8()?;
-        // Whether the instruction makes a row, and whether that row ends the sequence.
-        let mut emit = None;
-        if opcode == 0 {
-            let length = input.read_uleb128().and_then(<usize as gimli::ReaderOffset>::from_u64)?;
-            let mut rest = input.split(length)?;
-            match gimli::DwLne(rest.read_u8()?) {
-                gimli::DW_LNE_end_sequence => emit = Some(true),
-                gimli::DW_LNE_set_address => {
-                    let a = rest.read_address(size)?;
-                    tombstone = a < address || a >= min_tombstone;
-                    if !tombstone {
-                        address = a;
-                    }
+        match machine.step(opcode, &mut input)? {
+            Step::Row { line: by, end } => {
+                line = advance_line(line, by);
+                // A row in tombstoned code is dropped, an end of sequence too (its reset still happens).
+                if !machine.tombstone {
+                    row((machine.address, file, line, end));
                 }
-                gimli::DW_LNE_define_file => return Ok(None),
-                gimli::DW_LNE_set_discriminator => {
-                    rest.read_uleb128()?;
-                }
-                _ => {}
-            }
-        } else if opcode >= base {
-            let adjusted = opcode - base;
-            line = advance_line(line, i64::from(encoding.line_base) + i64::from(adjusted % encoding.line_range));
-            if !tombstone {
-                address = advance(address, min_len.wrapping_mul(u64::from(adjusted / encoding.line_range)))?;
-            }
-            emit = Some(false);
-        } else {
-            match gimli::DwLns(opcode) {
-                gimli::DW_LNS_copy => emit = Some(false),
-                gimli::DW_LNS_advance_pc => {
-                    let ops = input.read_uleb128()?;
-                    if !tombstone {
-                        address = advance(address, min_len.wrapping_mul(ops))?;
-                    }
-                }
-                gimli::DW_LNS_advance_line => line = advance_line(line, input.read_sleb128()?),
-                gimli::DW_LNS_set_file => file = input.read_uleb128()?,
-                gimli::DW_LNS_set_column | gimli::DW_LNS_set_isa => {
-                    input.read_uleb128()?;
-                }
-                gimli::DW_LNS_negate_stmt
-                | gimli::DW_LNS_set_basic_block
-                | gimli::DW_LNS_set_prologue_end
-                | gimli::DW_LNS_set_epilogue_begin => {}
-                gimli::DW_LNS_const_add_pc => {
-                    if !tombstone {
-                        let ops = u64::from((255 - base) / encoding.line_range);
-                        address = advance(address, min_len.wrapping_mul(ops))?;
-                    }
-                }
-                gimli::DW_LNS_fixed_advance_pc => {
-                    let by = input.read_u16()?;
-                    if !tombstone {
-                        address = advance(address, u64::from(by))?;
-                    }
-                }
-                _ => {
-                    let mut lengths = header.standard_opcode_lengths().clone();
-                    lengths.skip(usize::from(opcode - 1))?;
-                    for _ in 0..lengths.read_u8()? {
-                        input.read_uleb128()?;
-                    }
+                if end {
+                    machine.reset();
+                    (file, line) = (1, 1);
                 }
             }
-        }
-        if let Some(end) = emit {
-            // A row in tombstoned code is dropped, an end of sequence too (its reset still happens).
-            if !tombstone {
-                row((address, file, line, end));
-            }
-            if end {
-                (address, file, line, tombstone) = (0, 1, 1, false);
-            }
+            Step::Line(by) => line = advance_line(line, by),
+            Step::File(f) => file = f,
+            Step::Nothing => {}
+            Step::DefineFile => return Ok(None),
         }
     }
     Ok(Some(()))
@@ -483,41 +551,30 @@ fn run_fast(header: &gimli::LineProgramHeader<Reader>, mut row: impl FnMut(Row))
 /// give [`sweep_lines`] when it has no probes (a sequence starts at its first row, ends at its end-of-sequence
 /// row; a sequence whose end-of-sequence row is dropped as tombstoned goes on into the next one), the same
 /// failures, and `Ok(None)` in the same cases. Listing a unit without ranges needs nothing else, so this keeps no
-/// line or file register and makes no rows; special opcodes, one byte each and most of a program, take one
-/// table lookup. `tests/atos_batch.rs` compares it with `run_fast` on every unit (`check_run_fast`).
+/// line or file register and makes no rows; most instructions (special opcodes, one byte each, and those with no
+/// operand or a one-byte one) run in a loop of table lookups, the rest through [`Machine::step`].
+/// `tests/atos_batch.rs` compares it with `gimli` on every unit (`check_run_fast`), and a property test here on
+/// generated programs.
 #[inline(never)]
 fn sequence_bounds(header: &gimli::LineProgramHeader<Reader>) -> Result<Option<Vec<(u64, u64)>>> {
+    let Some(mut machine) = Machine::new(header) else { return Ok(None) };
     let encoding = header.line_encoding();
-    let size = header.address_size();
-    if encoding.maximum_operations_per_instruction != 1 || !(size == 4 || size == 8) || encoding.line_range == 0 {
-        return Ok(None);
-    }
-    let mask = u64::MAX >> (64 - u32::from(size) * 8);
-    let min_tombstone = mask - 1;
-    let min_len = u64::from(encoding.minimum_instruction_length);
     let base = header.opcode_base();
     // Opcode 0 starts an extended opcode whatever the base (a base of 0 does not parse anyway).
     let first_special = base.max(1);
-    let advance = |address: u64, by: u64| -> Result<u64> {
-        match address.checked_add(by) {
-            Some(a) if a & !mask == 0 => Ok(a),
-            _ => Err(gimli::Error::AddressOverflow),
-        }
-    };
-    // How far each special opcode moves the address (DWARF 5 section 6.2.5.1).
-    // Filled by counting, not dividing: this runs for every unit without ranges, most with tiny programs.
+    // How far each special opcode moves the address (DWARF 5 section 6.2.5.1), filled by counting, not dividing:
+    // this runs for every unit without ranges, most with tiny programs.
     let mut special = [0u64; 256];
     let (mut by, mut in_step) = (0u64, 0u8);
     for slot in &mut special[usize::from(base)..] {
         *slot = by;
         in_step += 1;
         if in_step == encoding.line_range {
-            (by, in_step) = (by.wrapping_add(min_len), 0);
+            (by, in_step) = (by.wrapping_add(machine.min_len), 0);
         }
     }
-    let const_add_pc = min_len.wrapping_mul(u64::from((255 - base) / encoding.line_range));
     // What the loop below needs to know of each opcode: whether it makes a row, whether it takes one LEB128
-    // operand, or whether it is left to the opcode-by-opcode path (`SLOW`).
+    // operand, or whether it is left to `Machine::step` (`SLOW`).
     const ROW: u8 = 1;
     const OPERAND: u8 = 2;
     const SLOW: u8 = 4;
@@ -544,12 +601,12 @@ fn sequence_bounds(header: &gimli::LineProgramHeader<Reader>) -> Result<Option<V
     let endian = program.endian();
     let mut input = gimli::EndianSlice::new(program.bytes(), endian);
     let mut out = Vec::new();
-    // The registers this needs, and the address of the current sequence's first row.
-    let (mut address, mut tombstone, mut start) = (0u64, false, None);
+    // The address of the current sequence's first row.
+    let mut start = None;
     while !input.is_empty() {
-        // Most opcodes are special opcodes, take no operand or take a one-byte LEB128 operand (which cannot be
-        // malformed): outside tombstoned code those run here, with no branch on what each opcode is.
-        if !tombstone {
+        // Outside tombstoned code, the instructions that take no operand or a one-byte LEB128 operand (which
+        // cannot be malformed) run here, with no branch on what each opcode is.
+        if !machine.tombstone {
             let bytes = input.slice();
             let mut i = 0;
             while i + 1 < bytes.len() {
@@ -561,89 +618,31 @@ fn sequence_bounds(header: &gimli::LineProgramHeader<Reader>) -> Result<Option<V
                 // The operand's length from a bit mask rather than from `class`: the next opcode's position is
                 // what each step waits for, and a shift is quicker than a second load.
                 i += 1 + ((operands >> (opcode & 63)) & u64::from(opcode < 64)) as usize;
-                address = advance(address, special[usize::from(opcode)])?;
+                machine.address = machine.advanced(special[usize::from(opcode)])?;
                 if class & ROW != 0 && start.is_none() {
-                    start = Some(address);
+                    start = Some(machine.address);
                 }
             }
             input = gimli::EndianSlice::new(&bytes[i..], endian);
         }
         let Some((&opcode, rest)) = input.slice().split_first() else { break };
-        if opcode >= first_special {
-            input = gimli::EndianSlice::new(rest, input.endian());
-            if !tombstone {
-                address = advance(address, special[usize::from(opcode)])?;
-                start.get_or_insert(address);
+        input = gimli::EndianSlice::new(rest, endian);
+        match machine.step(opcode, &mut input)? {
+            Step::Row { end: false, .. } => {
+                if !machine.tombstone {
+                    start.get_or_insert(machine.address);
+                }
             }
-            continue;
-        }
-        input.read_u8()?;
-        match gimli::DwLns(opcode) {
-            gimli::DwLns(0) => {
-                let length = input.read_uleb128().and_then(<usize as gimli::ReaderOffset>::from_u64)?;
-                let mut rest = input.split(length)?;
-                match gimli::DwLne(rest.read_u8()?) {
-                    gimli::DW_LNE_end_sequence => {
-                        if !tombstone {
-                            if let Some(s) = start.take() {
-                                out.push((s, address));
-                            }
-                        }
-                        (address, tombstone) = (0, false);
+            Step::Row { end: true, .. } => {
+                if !machine.tombstone {
+                    if let Some(s) = start.take() {
+                        out.push((s, machine.address));
                     }
-                    gimli::DW_LNE_set_address => {
-                        let a = rest.read_address(size)?;
-                        tombstone = a < address || a >= min_tombstone;
-                        if !tombstone {
-                            address = a;
-                        }
-                    }
-                    gimli::DW_LNE_define_file => return Ok(None),
-                    gimli::DW_LNE_set_discriminator => {
-                        rest.read_uleb128()?;
-                    }
-                    _ => {}
                 }
+                machine.reset();
             }
-            gimli::DW_LNS_copy => {
-                if !tombstone {
-                    start.get_or_insert(address);
-                }
-            }
-            gimli::DW_LNS_advance_pc => {
-                let ops = input.read_uleb128()?;
-                if !tombstone {
-                    address = advance(address, min_len.wrapping_mul(ops))?;
-                }
-            }
-            gimli::DW_LNS_advance_line => {
-                input.read_sleb128()?;
-            }
-            gimli::DW_LNS_set_file | gimli::DW_LNS_set_column | gimli::DW_LNS_set_isa => {
-                input.read_uleb128()?;
-            }
-            gimli::DW_LNS_negate_stmt
-            | gimli::DW_LNS_set_basic_block
-            | gimli::DW_LNS_set_prologue_end
-            | gimli::DW_LNS_set_epilogue_begin => {}
-            gimli::DW_LNS_const_add_pc => {
-                if !tombstone {
-                    address = advance(address, const_add_pc)?;
-                }
-            }
-            gimli::DW_LNS_fixed_advance_pc => {
-                let by = input.read_u16()?;
-                if !tombstone {
-                    address = advance(address, u64::from(by))?;
-                }
-            }
-            _ => {
-                let mut lengths = header.standard_opcode_lengths().clone();
-                lengths.skip(usize::from(opcode - 1))?;
-                for _ in 0..lengths.read_u8()? {
-                    input.read_uleb128()?;
-                }
-            }
+            Step::DefineFile => return Ok(None),
+            Step::Line(_) | Step::File(_) | Step::Nothing => {}
         }
     }
     Ok(Some(out))
