@@ -551,8 +551,9 @@ fn run_fast(header: &gimli::LineProgramHeader<Reader>, mut row: impl FnMut(Row))
 /// give [`sweep_lines`] when it has no probes (a sequence starts at its first row, ends at its end-of-sequence
 /// row; a sequence whose end-of-sequence row is dropped as tombstoned goes on into the next one), the same
 /// failures, and `Ok(None)` in the same cases. Listing a unit without ranges needs nothing else, so this keeps no
-/// line or file register and makes no rows; most instructions (special opcodes, one byte each, and those with no
-/// operand or a one-byte one) run in a loop of table lookups, the rest through [`Machine::step`].
+/// line or file register and makes no rows; most instructions (special opcodes, one byte each, those with no
+/// operand, a one-byte one, or a two-byte one whose value is not needed) run in a loop of table lookups, the rest
+/// through [`Machine::step`].
 /// `tests/atos_batch.rs` compares it with `gimli` on every unit (`check_run_fast`), and a property test here on
 /// generated programs.
 #[inline(never)]
@@ -574,16 +575,26 @@ fn sequence_bounds(header: &gimli::LineProgramHeader<Reader>) -> Result<Option<V
         }
     }
     // What the loop below needs to know of each opcode: whether it makes a row, whether it takes one LEB128
-    // operand, or whether it is left to `Machine::step` (`SLOW`).
+    // operand, or whether it is left to `Machine::step` (`SLOW`); how far it moves the address: `special`, plus
+    // `scale` times its operand (DW_LNS_advance_pc's, taken only when one byte long).
     const ROW: u8 = 1;
     const OPERAND: u8 = 2;
     const SLOW: u8 = 4;
     let mut classes = [SLOW; 256];
+    let mut scale = [0u64; 256];
     for op in 1..base.min(13) {
         classes[usize::from(op)] = match gimli::DwLns(op) {
             gimli::DW_LNS_copy => ROW,
             gimli::DW_LNS_advance_line | gimli::DW_LNS_set_file | gimli::DW_LNS_set_column | gimli::DW_LNS_set_isa => {
                 OPERAND
+            }
+            gimli::DW_LNS_advance_pc => {
+                scale[usize::from(op)] = machine.min_len;
+                OPERAND
+            }
+            gimli::DW_LNS_const_add_pc => {
+                special[usize::from(op)] = machine.const_add_pc();
+                0
             }
             gimli::DW_LNS_negate_stmt
             | gimli::DW_LNS_set_basic_block
@@ -604,21 +615,27 @@ fn sequence_bounds(header: &gimli::LineProgramHeader<Reader>) -> Result<Option<V
     // The address of the current sequence's first row.
     let mut start = None;
     while !input.is_empty() {
-        // Outside tombstoned code, the instructions that take no operand or a one-byte LEB128 operand (which
-        // cannot be malformed) run here, with no branch on what each opcode is.
+        // Outside tombstoned code, the instructions that take no operand, or a LEB128 operand of one byte or (when
+        // its value is not needed) two, which cannot be malformed, run here with one rarely taken branch: `&` and
+        // `|`, not `&&` and `||`, so that the kind of each opcode is not a branch of its own.
         if !machine.tombstone {
             let bytes = input.slice();
             let mut i = 0;
-            while i + 1 < bytes.len() {
+            while i + 2 < bytes.len() {
                 let opcode = bytes[i];
-                let class = classes[usize::from(opcode)];
-                if class & SLOW != 0 || (class & OPERAND != 0 && bytes[i + 1] >= 0x80) {
+                let (class, operand) = (classes[usize::from(opcode)], bytes[i + 1]);
+                let long = operand >= 0x80;
+                let leave = (class & SLOW != 0)
+                    | ((class & OPERAND != 0) & long & ((scale[usize::from(opcode)] != 0) | (bytes[i + 2] >= 0x80)));
+                if leave {
                     break;
                 }
-                // The operand's length from a bit mask rather than from `class`: the next opcode's position is
+                // The operand's presence from a bit mask rather than from `class`: the next opcode's position is
                 // what each step waits for, and a shift is quicker than a second load.
-                i += 1 + ((operands >> (opcode & 63)) & u64::from(opcode < 64)) as usize;
-                machine.address = machine.advanced(special[usize::from(opcode)])?;
+                let has = ((operands >> (opcode & 63)) & u64::from(opcode < 64)) as usize;
+                i += 1 + has + (has & usize::from(long));
+                machine.address =
+                    machine.advanced(special[usize::from(opcode)] + scale[usize::from(opcode)] * u64::from(operand))?;
                 if class & ROW != 0 && start.is_none() {
                     start = Some(machine.address);
                 }
