@@ -11,7 +11,8 @@
 //! table is sorted by address once. Batches ([`DebugFile::lookup_batch`]: a report's frames, `atos`) go through
 //! `batch`, which lists the file's units once and reads each unit once for all the batch's addresses in it; single
 //! lookups go through an `addr2line::Context` (built on first use), which indexes units and functions lazily and
-//! caches them.
+//! caches them. A [`DebugFile`] is `Send + Sync`; a [`DebugFileCache`] keeps files across stores and threads for a
+//! long-running process (the collector). Location lists and macro sections are never loaded: no lookup reads them.
 
 mod batch;
 
@@ -227,6 +228,8 @@ pub struct DebugFile {
     answers: Mutex<HashMap<(u64, u64), Vec<SymbolInfo>>>,
     /// Batches that went unit by unit (tests check which path a batch took).
     unit_batches: AtomicUsize,
+    /// [`DebugFile::held_bytes`].
+    held: u64,
 }
 
 impl std::fmt::Debug for DebugFile {
@@ -265,7 +268,7 @@ const PARALLEL_BATCH_MIN: usize = 2048;
 
 /// How many answers a [`DebugFile`] keeps for later batches: a count, not a byte bound (an answer is its frames,
 /// each with a demangled name and a source path: about a quarter to one KiB).
-const KEPT_ANSWERS_MAX: usize = 65_536;
+pub const KEPT_ANSWERS_MAX: usize = 65_536;
 
 /// Batches that leave more queries than this to look up are not kept ([`DebugFile::lookup_batch`]): a report's
 /// distinct frames are far fewer; a batch this large (`viewer atos`) is not asked again.
@@ -327,6 +330,10 @@ impl DebugFile {
         let symbols = SymbolTable::new(&obj, &data, macho);
         let sections =
             if obj.section_by_name(".debug_info").is_some() { dwarf_sections(&obj, &data) } else { Vec::new() };
+        // The file's bytes, and the buffers of its decompressed sections.
+        let decompressed: usize =
+            sections.iter().map(|(_, r)| r.bytes()).filter(|b| range_in(&data, b).is_none()).map(<[u8]>::len).sum();
+        let held = (data.len() as u64).saturating_add(decompressed as u64);
         Ok(DebugFile {
             identity,
             image_base,
@@ -337,6 +344,7 @@ impl DebugFile {
             units: OnceLock::new(),
             answers: Default::default(),
             unit_batches: AtomicUsize::new(0),
+            held,
         })
     }
 
@@ -344,6 +352,12 @@ impl DebugFile {
     #[doc(hidden)]
     pub fn dwarf_section_names(&self) -> Vec<&'static str> {
         self.sections.iter().map(|(id, _)| id.name()).collect()
+    }
+
+    /// Bytes this file holds: its bytes (read, or mapped) and the buffers of its decompressed sections. Not
+    /// counted: the unit list, `addr2line`'s tables and the kept answers, which grow with lookups.
+    pub fn held_bytes(&self) -> u64 {
+        self.held
     }
 
     /// Number of function symbols indexed.
@@ -834,17 +848,23 @@ pub struct ImageQuery {
 /// another (the collector): the reports of one build share its debug files, and loading a file and listing its
 /// units costs far more than the lookups of one report.
 ///
-/// Files are kept by object (path and universal slice) with the file's length and modification time; a file
-/// whose length or time changed is loaded again. Kept files are bounded by the sum of their file sizes in bytes
-/// (the buffer a read file takes; the unit list and kept answers come on top), the least recently used going
-/// first; a file larger than the whole budget is used but not kept. Shared by threads: the files it hands out are
-/// `Sync` (lookups on one file from several threads take turns where they share state).
+/// Files are kept by object (path and universal slice), with the file's length and modification time and whether
+/// it was mapped; a file whose length or time changed is loaded again. What the kept files hold is bounded by a
+/// budget in bytes, charged for each file its bytes and its decompressed sections ([`DebugFile::held_bytes`]; the
+/// unit list, `addr2line`'s tables and the kept answers, at most [`KEPT_ANSWERS_MAX`] a file, come on top), and at
+/// most [`KEPT_FILES_MAX`] files are kept; the least recently used go first. A file larger than the whole budget
+/// is used but not kept. Shared by threads: the files it hands out are `Sync` (lookups on one file from several
+/// threads take turns where they share state).
 #[derive(Debug)]
 pub struct DebugFileCache {
-    /// Bytes of files kept at most.
+    /// Bytes kept files may hold, at most ([`DebugFile::held_bytes`]).
     budget: u64,
     state: Mutex<CacheState>,
 }
+
+/// Files a [`DebugFileCache`] keeps at most, whatever their sizes: each may also keep up to [`KEPT_ANSWERS_MAX`]
+/// answers.
+pub const KEPT_FILES_MAX: usize = 64;
 
 /// A file's length in bytes and modification time, when it was loaded.
 type Stamp = (u64, Option<std::time::SystemTime>);
@@ -853,6 +873,7 @@ type Stamp = (u64, Option<std::time::SystemTime>);
 struct KeptFile {
     object: ObjectRef,
     stamp: Stamp,
+    mapped: bool,
     /// The cache's use count at this file's last use.
     last_use: u64,
     file: Arc<DebugFile>,
@@ -868,7 +889,7 @@ struct CacheState {
 }
 
 impl DebugFileCache {
-    /// A cache keeping up to `budget` bytes of debug files (their file sizes).
+    /// A cache keeping debug files that hold up to `budget` bytes ([`DebugFile::held_bytes`]).
     pub fn new(budget: u64) -> DebugFileCache {
         DebugFileCache { budget, state: Mutex::new(CacheState::default()) }
     }
@@ -890,7 +911,7 @@ impl DebugFileCache {
             let mut st = self.lock();
             st.uses += 1;
             let now = st.uses;
-            if let Some(i) = st.files.iter().position(|f| f.object == ident.object) {
+            if let Some(i) = st.files.iter().position(|f| f.object == ident.object && f.mapped == map) {
                 if st.files[i].stamp == stamp {
                     st.files[i].last_use = now;
                     return Ok(st.files[i].file.clone());
@@ -902,24 +923,29 @@ impl DebugFileCache {
         let file = Arc::new(if map { DebugFile::load_mapped(ident.clone()) } else { DebugFile::load(ident.clone()) }?);
         let mut st = self.lock();
         st.loads += 1;
-        if let Some(kept) = st.files.iter().find(|f| f.object == ident.object && f.stamp == stamp) {
+        if let Some(kept) = st.files.iter().find(|f| f.object == ident.object && f.mapped == map && f.stamp == stamp) {
             return Ok(kept.file.clone());
         }
-        if stamp.0 <= self.budget {
-            while st.files.iter().map(|f| f.stamp.0).sum::<u64>() + stamp.0 > self.budget {
+        // Another thread's copy of an older version of the file goes.
+        st.files.retain(|f| !(f.object == ident.object && f.mapped == map));
+        let held = file.held_bytes();
+        if held <= self.budget {
+            while st.files.len() >= KEPT_FILES_MAX
+                || st.files.iter().map(|f| f.file.held_bytes()).sum::<u64>() + held > self.budget
+            {
                 let Some(oldest) = st.files.iter().enumerate().min_by_key(|(_, f)| f.last_use).map(|(i, _)| i) else {
                     break;
                 };
                 st.files.swap_remove(oldest);
             }
             let last_use = st.uses;
-            st.files.push(KeptFile { object: ident.object.clone(), stamp, last_use, file: file.clone() });
+            st.files.push(KeptFile { object: ident.object.clone(), stamp, mapped: map, last_use, file: file.clone() });
         }
         Ok(file)
     }
 }
 
-/// Finds debug files and caches them for the whole run.
+/// Finds debug files and caches them for the whole run (and beyond, with [`SymbolStore::with_cache`]).
 #[derive(Default)]
 pub struct SymbolStore {
     search_paths: Vec<PathBuf>,
@@ -1289,6 +1315,23 @@ mod tests {
         assert_eq!(one.loads(), 2);
         assert!(!Arc::ptr_eq(&first, &load(&one)), "the older one was let go");
         assert_eq!(one.loads(), 3);
+        // A mapped file is not handed to a store that reads, nor the other way round.
+        let mut mapping = SymbolStore::only(vec![path.clone()]).with_mapped_files().with_cache(cache.clone());
+        let mapped = mapping.load_path(&path, None, None).expect("the fixture maps");
+        assert!(!Arc::ptr_eq(&mapped, &c));
+        assert_eq!(cache.loads(), 3);
+        // At most KEPT_FILES_MAX files, however small.
+        let many = Arc::new(DebugFileCache::new(u64::MAX));
+        let paths: Vec<PathBuf> = (0..=KEPT_FILES_MAX).map(|i| dir.path().join(format!("copy{i}"))).collect();
+        for p in &paths {
+            fs::write(p, &bytes).unwrap();
+            load_from(&many, p);
+        }
+        assert_eq!(many.loads(), KEPT_FILES_MAX + 1);
+        load_from(&many, &paths[KEPT_FILES_MAX]);
+        assert_eq!(many.loads(), KEPT_FILES_MAX + 1, "the newest is kept");
+        load_from(&many, &paths[0]);
+        assert_eq!(many.loads(), KEPT_FILES_MAX + 2, "the oldest went");
     }
 
     /// Kept files are shared by the collector's threads.

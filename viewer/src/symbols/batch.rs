@@ -11,8 +11,8 @@
 //!   `LineRows` for what it does not handle); each sequence's rows are kept only until the sequence ends, long
 //!   enough to answer the addresses inside it, and only the file names an answer uses are rendered.
 //!
-//! Listing the units reads each unit DIE with only its own abbreviation (the whole table is parsed for the few
-//! units an address or a name lands in), and takes the ranges of a unit without any from its line program's
+//! Listing the units reads each unit DIE with its abbreviation table cut after the unit DIE's own abbreviation
+//! (the whole table is parsed for the few units an address or a name lands in, each shared table once), and takes the ranges of a unit without any from its line program's
 //! sequences with a decoder that tracks the address alone. Listing, then resolving, is spread over threads
 //! (`std::thread::scope`, each thread taking the next chunk of unit headers, then the next unit, biggest first).
 //!
@@ -39,25 +39,12 @@ type Result<T> = std::result::Result<T, gimli::Error>;
 struct IndexUnit {
     /// Offset of the unit header in `.debug_info`.
     offset: usize,
-    /// The unit's header. (Listing reads the unit with only its unit DIE's abbreviation, [`listed_unit`], and
-    /// keeps nothing else of it: most units are never read again.)
+    /// The unit's header. (Listing reads the unit DIE with its abbreviation table cut after the unit DIE's own
+    /// abbreviation, [`listed_unit`], and keeps nothing else of it: most units are never read again.)
     header: gimli::UnitHeader<Reader>,
     /// The unit with its whole abbreviation table, as `addr2line` reads it: parsed the first time a probe or a
     /// name reference needs its DIEs; `None` when it does not parse (its probes are then left to `addr2line`).
     full: OnceLock<Option<gimli::Unit<Reader>>>,
-}
-
-impl IndexUnit {
-    /// The unit with its whole abbreviation table (see [`IndexUnit::full`]).
-    ///
-    /// # Errors
-    /// `gimli::Error::UnknownAbbreviation(0)` when the table does not parse.
-    fn full(&self, dwarf: &gimli::Dwarf<Reader>) -> Result<&gimli::Unit<Reader>> {
-        self.full
-            .get_or_init(|| dwarf.unit(self.header.clone()).ok())
-            .as_ref()
-            .ok_or(gimli::Error::UnknownAbbreviation(0))
-    }
 }
 
 /// One address range of a unit; sorted by `end`, as `addr2line` sorts them.
@@ -73,6 +60,9 @@ struct UnitRange {
 struct Index {
     units: Vec<IndexUnit>,
     ranges: Vec<UnitRange>,
+    /// Whole abbreviation tables parsed for [`Index::full`], by offset in `.debug_abbrev` (units share tables;
+    /// `None`: the table does not parse).
+    tables: Mutex<HashMap<usize, Option<Arc<gimli::Abbreviations>>>>,
 }
 
 /// `DW_AT_low_pc`, `DW_AT_high_pc` and `DW_AT_ranges` of one DIE.
@@ -194,7 +184,7 @@ impl Index {
             min = min.min(r.begin);
             r.min_begin = min;
         }
-        Ok(Index { units, ranges })
+        Ok(Index { units, ranges, tables: Mutex::new(HashMap::new()) })
     }
 
     /// The first unit `addr2line` would look in for `probe` (`None` when no unit covers it).
@@ -211,6 +201,30 @@ impl Index {
             .map(|r| r.unit)
     }
 
+    /// Unit `i` with its whole abbreviation table, as `addr2line` reads it (`gimli::Dwarf::unit`), parsed the first
+    /// time (see [`IndexUnit::full`]); tables shared by units are parsed once.
+    ///
+    /// # Errors
+    /// `gimli::Error::UnknownAbbreviation(0)` when the unit does not parse.
+    fn full(&self, dwarf: &gimli::Dwarf<Reader>, i: usize) -> Result<&gimli::Unit<Reader>> {
+        let unit = self.units.get(i).ok_or(gimli::Error::NoEntryAtGivenOffset)?;
+        unit.full
+            .get_or_init(|| {
+                let offset = unit.header.debug_abbrev_offset();
+                // The lock is held while a table is parsed: a few milliseconds at most, and the table is shared.
+                let table = self
+                    .tables
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .entry(offset.0)
+                    .or_insert_with(|| dwarf.debug_abbrev.abbreviations(offset).ok().map(Arc::new))
+                    .clone()?;
+                gimli::Unit::new_with_abbreviations(dwarf, unit.header.clone(), table).ok()
+            })
+            .as_ref()
+            .ok_or(gimli::Error::UnknownAbbreviation(0))
+    }
+
     /// The unit holding `.debug_info` offset `off`, and the offset inside it.
     fn unit_at(
         &self,
@@ -219,7 +233,7 @@ impl Index {
     ) -> Result<(&gimli::Unit<Reader>, gimli::UnitOffset)> {
         let unit = match self.units.binary_search_by_key(&off.0, |u| u.offset) {
             Ok(_) | Err(0) => return Err(gimli::Error::NoEntryAtGivenOffset),
-            Err(i) => self.units[i - 1].full(dwarf)?,
+            Err(i) => self.full(dwarf, i - 1)?,
         };
         let at = off.to_unit_offset(&unit.header).ok_or(gimli::Error::NoEntryAtGivenOffset)?;
         Ok((unit, at))
@@ -240,13 +254,30 @@ fn parse_unit(
     roots: &mut RootAbbreviations,
 ) -> Result<Option<(IndexUnit, Vec<gimli::Range>)>> {
     let Some(offset) = header.offset().as_debug_info_offset() else { return Ok(None) };
-    let mut need_range = match header.type_() {
+    let need_range = match header.type_() {
         gimli::UnitType::Type { .. } | gimli::UnitType::SplitType { .. } => return Ok(None),
         gimli::UnitType::Partial => false,
         _ => true,
     };
     let Some(unit) = listed_unit(dwarf, header.clone(), roots) else { return Ok(None) };
-    let uref = gimli::UnitRef::new(dwarf, &unit);
+    match unit_ranges(dwarf, aranges, gimli::UnitRef::new(dwarf, &unit), offset, need_range) {
+        Ok(Some(ranges)) => Ok(Some((IndexUnit { offset: offset.0, header, full: OnceLock::new() }, ranges))),
+        Ok(None) => Ok(None),
+        // A unit whose whole abbreviation table does not parse is one `addr2line` leaves out before reading its
+        // ranges: left out too, rather than failing the whole list.
+        Err(_) if dwarf.unit(header).is_err() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The ranges of a unit (see [`parse_unit`]); `None` when its unit DIE is missing.
+fn unit_ranges(
+    dwarf: &gimli::Dwarf<Reader>,
+    aranges: &[(usize, gimli::DebugArangesOffset<usize>)],
+    uref: gimli::UnitRef<'_, Reader>,
+    offset: gimli::DebugInfoOffset<usize>,
+    mut need_range: bool,
+) -> Result<Option<Vec<gimli::Range>>> {
     let mut ranges = Vec::new();
     if need_range {
         let mut entries = uref.entries_raw(None)?;
@@ -279,11 +310,11 @@ fn parse_unit(
             ranges.extend(sequences.into_iter().map(|(begin, end)| gimli::Range { begin, end }));
         }
     }
-    Ok(Some((IndexUnit { offset: offset.0, header, full: OnceLock::new() }, ranges)))
+    Ok(Some(ranges))
 }
 
-/// Unit DIE abbreviations already parsed by one listing thread, by (abbreviation table offset, code): units
-/// often share a table.
+/// Unit DIE abbreviations already parsed for one chunk of units being listed, by (abbreviation table offset,
+/// code): units often share a table.
 type RootAbbreviations = HashMap<(usize, u64), Arc<gimli::Abbreviations>>;
 
 /// The unit of `header` with only its unit DIE's abbreviation parsed: listing reads nothing else of a unit's DIEs,
@@ -1127,7 +1158,7 @@ fn resolve_unit(
     names: &mut NameCache,
     out: &mut Vec<(usize, Option<Vec<SymbolInfo>>)>,
 ) -> Result<()> {
-    let unit = index.units[unit_id].full(dwarf)?;
+    let unit = index.full(dwarf, unit_id)?;
     if unit.dwo_id.is_some() {
         out.extend(queries.iter().map(|q| (q.0, None)));
         return Ok(());
