@@ -20,7 +20,8 @@ use std::sync::Arc;
 /// Default listening address of `viewer serve`.
 pub const DEFAULT_ADDR: &str = collector::DEFAULT_ADDR;
 
-/// Bytes of debug files a [`ViewerAnalyzer`] keeps loaded between reports by default (their file sizes): 512 MiB.
+/// Bytes of debug files a [`ViewerAnalyzer`] keeps loaded between reports by default (file bytes and decompressed
+/// sections, [`crate::symbols::DebugFile::held_bytes`]): 512 MiB.
 pub const DEBUG_FILE_CACHE_BYTES: u64 = 512 << 20;
 
 /// The viewer's decoder model, symbolication and Apple-text renderer, for the collector.
