@@ -920,7 +920,7 @@ impl DebugFileCache {
             }
         }
         // Loaded without the lock: another thread may load the same file meanwhile; the first one kept wins.
-        let file = Arc::new(if map { DebugFile::load_mapped(ident.clone()) } else { DebugFile::load(ident.clone()) }?);
+        let file = Arc::new(DebugFile::load_with(ident.clone(), map)?);
         let mut st = self.lock();
         st.loads += 1;
         if let Some(kept) = st.files.iter().find(|f| f.object == ident.object && f.mapped == map && f.stamp == stamp) {
@@ -1055,8 +1055,7 @@ impl SymbolStore {
         }
         let loaded = match &self.shared {
             Some(cache) => cache.get_or_load(ident, self.map_files),
-            None if self.map_files => DebugFile::load_mapped(ident.clone()).map(Arc::new),
-            None => DebugFile::load(ident.clone()).map(Arc::new),
+            None => DebugFile::load_with(ident.clone(), self.map_files).map(Arc::new),
         };
         let f = match loaded {
             Ok(f) => Some(f),

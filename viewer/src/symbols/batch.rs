@@ -12,9 +12,10 @@
 //!   enough to answer the addresses inside it, and only the file names an answer uses are rendered.
 //!
 //! Listing the units reads each unit DIE with its abbreviation table cut after the unit DIE's own abbreviation
-//! (the whole table is parsed for the few units an address or a name lands in, each shared table once), and takes the ranges of a unit without any from its line program's
-//! sequences with a decoder that tracks the address alone. Listing, then resolving, is spread over threads
-//! (`std::thread::scope`, each thread taking the next chunk of unit headers, then the next unit, biggest first).
+//! (the whole table is parsed for the few units an address or a name lands in, each shared table once), and takes
+//! the ranges of a unit without any from its line program's sequences with a decoder that tracks the address
+//! alone. Listing, then resolving, is spread over threads (`std::thread::scope`, each thread taking the next chunk
+//! of unit headers, then the next unit, biggest first).
 //!
 //! The answers are meant to be exactly `addr2line`'s (the test `viewer/tests/atos_batch.rs` checks it against
 //! [`super::DebugFile::lookup_batch_addr2line`]): the unit is chosen from the same unit ranges (`.debug_aranges`,
@@ -317,12 +318,12 @@ fn unit_ranges(
 /// code): units often share a table.
 type RootAbbreviations = HashMap<(usize, u64), Arc<gimli::Abbreviations>>;
 
-/// The unit of `header` with only its unit DIE's abbreviation parsed: listing reads nothing else of a unit's DIEs,
-/// and parsing every unit's whole abbreviation table (as `gimli::Dwarf::unit` does) was about a quarter of the
-/// listing's time on the benchmark's Rust binary (3,399 units).
-/// Falls back to `gimli::Dwarf::unit` when that abbreviation cannot be found or parsed on its own, so a unit is
-/// left out (`None`) only when `addr2line` leaves it out too. (A unit whose table fails further on is listed here
-/// and left out by `addr2line`; its probes fail when [`IndexUnit::full`] parses the table, and go to `addr2line`.)
+/// The unit of `header` with its abbreviation table cut after the unit DIE's own abbreviation
+/// ([`root_abbreviation`]): listing reads nothing else of a unit's DIEs, and parsing every unit's whole table (as
+/// `gimli::Dwarf::unit` does) was about a quarter of the listing's time on the benchmark's Rust binary (3,399
+/// units). Falls back to `gimli::Dwarf::unit` when the cut table does not parse, so a unit is left out (`None`)
+/// only when `addr2line` leaves it out too. (A unit whose table fails further on is listed here and left out by
+/// `addr2line`; its probes fail when [`Index::full`] parses the whole table, and go to `addr2line`.)
 fn listed_unit(
     dwarf: &gimli::Dwarf<Reader>,
     header: gimli::UnitHeader<Reader>,
