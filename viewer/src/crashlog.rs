@@ -212,6 +212,9 @@ pub struct Header {
     pub app_item_id: Option<String>,
     /// App Store version ID (`.ips` `storeInfo.softwareVersionExternalIdentifier`; App Store builds only).
     pub app_external_id: Option<String>,
+    /// Build of the App Store tools that processed the app (`.ips` `bundleInfo.DTAppStoreToolsBuild`; App Store
+    /// and TestFlight builds only), printed as iOS's `AppStoreTools:` line.
+    pub app_store_tools: Option<String>,
 }
 
 /// The exception block.
@@ -233,8 +236,8 @@ pub struct ExceptionInfo {
     pub termination_code: Option<u64>,
     /// Termination indicator, e.g. `Trace/BPT trap: 5`.
     pub termination_indicator: Option<String>,
-    /// Lines printed under `Termination Reason:` on macOS: the `.ips` `termination.reasons` then
-    /// `termination.details`, e.g. `Library not loaded: ...` and `(terminated at launch; ignore backtrace)`.
+    /// Lines printed under `Termination Reason:`: the `.ips` `termination.reasons` then `termination.details`, e.g.
+    /// `Library not loaded: ...` and `(terminated at launch; ignore backtrace)` (macOS), or TCC's explanation (iOS).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub termination_lines: Vec<String>,
     /// Terminating Process, complete: `exc handler [1730]`.

@@ -333,6 +333,7 @@ fn header(meta: &Value, body: &Value) -> Header {
         }),
         app_item_id: body.get("storeInfo").and_then(|i| s(i, "itemID")),
         app_external_id: body.get("storeInfo").and_then(|i| s(i, "softwareVersionExternalIdentifier")),
+        app_store_tools: s(bundle, "DTAppStoreToolsBuild"),
     }
 }
 

@@ -139,11 +139,13 @@ fn body(log: &CrashLog) -> Value {
     }
     put(&mut b, "procName", h.process_name.clone());
     put(&mut b, "procPath", h.path.clone());
-    if h.identifier.is_some() || h.short_version.is_some() || h.bundle_version.is_some() {
+    if h.identifier.is_some() || h.short_version.is_some() || h.bundle_version.is_some() || h.app_store_tools.is_some()
+    {
         let mut bi = Map::new();
         put(&mut bi, "CFBundleIdentifier", h.identifier.clone());
         put(&mut bi, "CFBundleShortVersionString", h.short_version.clone());
         put(&mut bi, "CFBundleVersion", h.bundle_version.clone());
+        put(&mut bi, "DTAppStoreToolsBuild", h.app_store_tools.clone());
         b.insert("bundleInfo".into(), Value::Object(bi));
     }
     put(&mut b, "parentProc", h.parent_name.clone());

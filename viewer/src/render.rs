@@ -86,6 +86,9 @@ fn render_ios(log: &CrashLog, out: &mut String, legacy: bool) {
     field(out, W, "Path", h.path.as_deref());
     field(out, W, "Identifier", h.identifier.as_deref());
     field(out, W, "Version", version(log, legacy).as_deref());
+    // iOS 18 and 26 App Store reports (Console translations seen in public repositories without a licence, so
+    // not in the corpus; the test that checks it edits a corpus report).
+    field(out, W, "AppStoreTools", h.app_store_tools.as_deref());
     field(out, W, "Code Type", code_type(log).as_deref());
     field(out, W, "Role", h.role.as_deref());
     field(out, W, "Parent Process", name_pid(h.parent_name.as_deref(), h.parent_pid).as_deref());
@@ -137,6 +140,11 @@ fn render_ios(log: &CrashLog, out: &mut String, legacy: bool) {
         }
     } else if let Some(reason) = termination_modern(log) {
         let _ = writeln!(out, "Termination Reason: {reason}");
+        // The `.ips` `termination.reasons` and `details`, one a line (an iOS 15 TCC termination in the corpus:
+        // `This app has crashed because it attempted to access privacy-sensitive data ...`).
+        for l in &e.termination_lines {
+            let _ = writeln!(out, "{l}");
+        }
     }
     line(out, "Terminating Process: ", &e.terminating_process);
     if let Some(t) = log.triggered_thread {
@@ -238,9 +246,10 @@ fn termination_modern(log: &CrashLog) -> Option<String> {
     let ns = e.termination_namespace.as_deref()?;
     let mut s = ns.to_string();
     if let Some(c) = e.termination_code {
-        let _ = write!(s, " {c}");
-    }
-    if let Some(ind) = &e.termination_indicator {
+        // The indicator follows the code after a space even when there is none (the iOS 15 TCC termination in the
+        // corpus: `Termination Reason: TCC 0 `, with the trailing space).
+        let _ = write!(s, " {c} {}", e.termination_indicator.as_deref().unwrap_or(""));
+    } else if let Some(ind) = &e.termination_indicator {
         let _ = write!(s, " {ind}");
     }
     Some(s)
