@@ -164,9 +164,12 @@ fn rust_test_binary_batch_matches_addr2line() {
     let file = load(&exe);
     let addresses = function_addresses(&exe, 7, 6000);
     let (inlined, with_file) = compare(&file, &addresses, 2);
-    // A debug build inlines little (`#[inline(always)]` functions of std and the dependencies).
+    // A debug build inlines little (`#[inline(always)]` functions of std and the dependencies). A release build of
+    // the test (`cargo test --release`) has fewer functions with line information among the sampled ones (3,670 of
+    // 6,000 on the development machine): the floor only has to show that most queries reached a line table.
     assert!(inlined > 20, "only {inlined} queries had an inlined frame");
-    assert!(with_file > 5000, "only {with_file} queries had a source file");
+    let floor = if cfg!(debug_assertions) { 5000 } else { 3000 };
+    assert!(with_file > floor, "only {with_file} queries had a source file");
 }
 
 #[test]
