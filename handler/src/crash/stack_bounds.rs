@@ -204,6 +204,20 @@ impl<M: MemoryReader + ?Sized> MemoryReader for MappedStackReader<'_, M> {
         }
         true
     }
+
+    /// As [`MemoryReader::read_u64`], with a stack word read as one load (the walker reads return addresses and
+    /// saved registers this way, a few per frame; [`MappedStackReader::read`]'s copy of a length not known at compile
+    /// time is a call to `memcpy`).
+    fn read_u64(&mut self, addr: u64) -> Option<u64> {
+        let inside = addr >= self.lo && addr.checked_add(8).is_some_and(|end| end <= self.hi);
+        if !inside {
+            let mut b = [0u8; 8];
+            return self.inner.read(addr, &mut b).then(|| u64::from_ne_bytes(b));
+        }
+        // SAFETY: `[addr, addr + 8)` lies inside `[lo, hi)`, mapped and readable for the whole read, as in `read`
+        // above; an unaligned load is allowed by `read_unaligned`.
+        Some(unsafe { core::ptr::read_unaligned(addr as usize as *const u64) })
+    }
 }
 
 #[cfg(test)]

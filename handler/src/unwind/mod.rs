@@ -542,26 +542,35 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
     let mut first = true;
     let mut scans = 0usize;
     let mut hops = 0usize;
+    // The caller's registers, written in place by whichever method finds the caller (see `cfi::Stepped`).
+    let mut next = UnwindRegs::default();
     for _ in 0..opts.max_steps {
         let (Some(pc), Some(sp)) = (regs.get(arch.pc), regs.get(arch.sp)) else {
             return StopReason::NoCaller;
         };
         let lookup = if exact { pc } else { pc.wrapping_sub(1) };
         let module = code.module_for(lookup);
-        let mut found: Option<Caller> = None;
+        // The trust of the caller found, whose registers are then in `next`.
+        let mut found: Option<u8> = None;
 
         // 1. Unwind tables.
         if let Some(m) = module {
             // ELF images index their CFI with `.eh_frame_hdr`; Apple images carry compact unwind (`__unwind_info`,
             // which sends the functions it cannot describe to their FDE in `__eh_frame`).
             let step = if m.unwind.eh_frame_hdr.0 == 0 && m.unwind.compact.0 != 0 {
-                compact::step(arch, mem, &mut ctx, rules, &m, &regs, lookup, exact)
+                compact::step(arch, mem, &mut ctx, rules, &m, &regs, lookup, exact).map(|s| match s {
+                    cfi::Step::Caller { regs: r, cfa, signal_frame } => {
+                        next = r;
+                        cfi::Stepped::Caller { cfa, signal_frame }
+                    }
+                    cfi::Step::End => cfi::Stepped::End,
+                })
             } else {
-                cfi::step(arch, mem, &mut ctx, rules, m.unwind.eh_frame_hdr.0, &regs, lookup)
+                cfi::step_into(arch, mem, &mut ctx, rules, m.unwind.eh_frame_hdr.0, &regs, lookup, &mut next)
             };
             match step {
-                Ok(cfi::Step::End) => return StopReason::End,
-                Ok(cfi::Step::Caller { regs: mut next, signal_frame, .. }) => {
+                Ok(cfi::Stepped::End) => return StopReason::End,
+                Ok(cfi::Stepped::Caller { signal_frame, .. }) => {
                     let ra = next.get(arch.pc).map(|v| opts.strip_value(v)).unwrap_or(0);
                     if ra == 0 {
                         return StopReason::End;
@@ -579,7 +588,7 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
                             hops = hops.saturating_add(1);
                             stack = Stack::new(nsp, opts.max_stack_span);
                         }
-                        found = Some(Caller { regs: next, trust: trust::CONTEXT });
+                        found = Some(trust::CONTEXT);
                     } else {
                         let moved_up = nsp > sp || (first && arch.link_register && nsp == sp);
                         if !moved_up {
@@ -588,7 +597,7 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
                         if !stack.holds(mem, sp, nsp.saturating_sub(sp)) {
                             return StopReason::OutsideStack;
                         }
-                        found = Some(Caller { regs: next, trust: trust::CFI });
+                        found = Some(trust::CFI);
                     }
                 }
                 Err(_) => {}
@@ -601,19 +610,19 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
             if arch.link_register {
                 if let Some(lr) = regs.get(arch.ra) {
                     if is_return_address(arch, mem, code, lr) {
-                        let mut next = regs;
+                        next = regs;
                         next.set(arch.pc, lr);
-                        found = Some(Caller { regs: next, trust: trust::LINK_REGISTER });
+                        found = Some(trust::LINK_REGISTER);
                     }
                 }
             } else if module.is_none() && stack.holds(mem, sp, 8) {
                 if let Some(ret) = mem.read_u64(sp) {
                     if is_return_address(arch, mem, code, ret) {
-                        let mut next = regs;
+                        next = regs;
                         next.keep_only(arch.callee_saved);
                         next.set(arch.pc, ret);
                         next.set(arch.sp, sp.saturating_add(arch.call_pushes));
-                        found = Some(Caller { regs: next, trust: trust::SCAN });
+                        found = Some(trust::SCAN);
                     }
                 }
             }
@@ -621,40 +630,48 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
 
         // 3. The frame-pointer record.
         if found.is_none() {
-            found = frame_pointer_step(arch, mem, code, opts, &mut stack, &regs, sp);
+            if let Some(c) = frame_pointer_step(arch, mem, code, opts, &mut stack, &regs, sp) {
+                next = c.regs;
+                found = Some(c.trust);
+            }
         }
 
         // 4. A scan for a return address.
         if found.is_none() && scans < opts.max_scans {
             if let Some(c) = scan_step(arch, mem, code, opts, &mut stack, &regs, sp) {
                 scans = scans.saturating_add(1);
-                found = Some(c);
+                next = c.regs;
+                found = Some(c.trust);
             }
         }
 
-        let Some(mut caller) = found else { return StopReason::NoCaller };
-        let next_pc = caller.regs.get(arch.pc).unwrap_or(0);
+        let Some(caller_trust) = found else { return StopReason::NoCaller };
+        let next_pc = next.get(arch.pc).unwrap_or(0);
         if next_pc == 0 {
             return StopReason::End;
         }
-        if next_pc == pc && caller.regs.get(arch.sp) == Some(sp) {
+        if next_pc == pc && next.get(arch.sp) == Some(sp) {
             return StopReason::NotIncreasing;
         }
-        if opts.swift_async && !async_callers(arch, mem, code, opts, &mut stack, &regs, &mut caller, out) {
+        if opts.swift_async {
+            let room = async_callers(arch, mem, code, opts, &mut stack, &regs, &mut next, caller_trust, out);
+            if !room {
+                return StopReason::FrameCap;
+            }
+        }
+        if !out.push(next_pc, caller_trust) {
             return StopReason::FrameCap;
         }
-        if !out.push(next_pc, caller.trust) {
-            return StopReason::FrameCap;
-        }
-        exact = caller.trust == trust::CONTEXT;
-        regs = caller.regs;
+        exact = caller_trust == trust::CONTEXT;
+        regs = next;
         first = false;
     }
     StopReason::StepCap
 }
 
 /// Swift async frames for one step (only with [`WalkOptions::swift_async`]): when the caller's frame pointer was
-/// read from a tagged extended record, clears the tag in `caller` and, when that record is the one at the current
+/// read from a tagged extended record, clears the tag in `caller` (the caller's registers, found with trust
+/// `caller_trust`) and, when that record is the one at the current
 /// frame's own `fp` (the word there is the tagged value, and `fp - 8 .. fp + 16` lies in the stack), stores the
 /// async context chain beside it. Not for callers found by a scan (the record's owner may be a frame the scan
 /// skipped) or restored from a signal frame (its `fp` is a register, not a record). `false` when the output is
@@ -667,15 +684,16 @@ fn async_callers<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
     opts: &WalkOptions,
     stack: &mut Stack,
     regs: &UnwindRegs,
-    caller: &mut Caller,
+    caller: &mut UnwindRegs,
+    caller_trust: u8,
     out: &mut Out<'_>,
 ) -> bool {
-    let Some(raw) = caller.regs.get(arch.fp) else { return true };
+    let Some(raw) = caller.get(arch.fp) else { return true };
     if !swift_async::is_tagged(raw) {
         return true;
     }
-    caller.regs.set(arch.fp, swift_async::untag(raw));
-    if caller.trust == trust::SCAN || caller.trust == trust::CONTEXT {
+    caller.set(arch.fp, swift_async::untag(raw));
+    if caller_trust == trust::SCAN || caller_trust == trust::CONTEXT {
         return true;
     }
     let Some(record) = regs.get(arch.fp) else { return true };

@@ -111,9 +111,18 @@ impl<'b> Cursor<'b> {
     /// An unsigned LEB128 number (7 bits a byte, least significant group first, high bit set on every byte but
     /// the last), raw, inside a `bin` being written.
     pub(super) fn leb128(&mut self, v: u64) -> R {
-        let mut buf = [0u8; 10];
-        let n = leb128_encode(v, &mut buf);
-        self.raw(buf.get(..n).unwrap_or(&[]))
+        // Each byte computed in place: frames are a few numbers each, and copying an encoded slice (of a length not
+        // known at compile time) would be a `memcpy` call per number. All or nothing, as `raw`.
+        let end = self.pos.checked_add(leb128_len(v)).ok_or(NoRoom)?;
+        let dst = self.buf.get_mut(self.pos..end).ok_or(NoRoom)?;
+        let mut rest = v;
+        for slot in dst.iter_mut() {
+            let low = (rest & 0x7f) as u8;
+            rest >>= 7;
+            *slot = if rest == 0 { low } else { low | 0x80 };
+        }
+        self.pos = end;
+        Ok(())
     }
 
     /// Text as a `str`, each byte of an invalid UTF-8 sequence replaced by `?`.
@@ -311,6 +320,26 @@ mod tests {
         assert_eq!(leb128_len(u64::MAX), 10);
         assert_eq!(leb128_len(1 << 63), 10);
         assert_eq!(leb128_len((1 << 63) - 1), 9);
+    }
+
+    #[test]
+    fn cursor_leb128_writes_the_encoding_all_or_nothing() {
+        for v in [0, 1, 127, 128, 16_383, 16_384, 624_485, 1 << 35, u64::MAX] {
+            let mut want = [0u8; 10];
+            let n = leb128_encode(v, &mut want);
+            let mut buf = [0xaau8; 12];
+            let mut w = Cursor::new(&mut buf);
+            w.leb128(v).expect("fits");
+            assert_eq!(w.pos, n);
+            assert_eq!(&buf[..n], &want[..n], "{v}");
+            assert_eq!(buf[n], 0xaa, "nothing written past the number");
+            // One byte short: an error, and nothing written.
+            let mut short = vec![0xaau8; n - 1];
+            let mut w = Cursor::new(&mut short);
+            assert!(w.leb128(v).is_err());
+            assert_eq!(w.pos, 0);
+            assert!(short.iter().all(|b| *b == 0xaa));
+        }
     }
 
     #[test]
