@@ -90,6 +90,16 @@ pub enum Stepped {
     End,
 }
 
+impl Stepped {
+    /// The [`Step`] this is, with the caller's registers `regs` (what was written to `out`).
+    fn with_regs(self, regs: UnwindRegs) -> Step {
+        match self {
+            Stepped::Caller { cfa, signal_frame } => Step::Caller { regs, cfa, signal_frame },
+            Stepped::End => Step::End,
+        }
+    }
+}
+
 /// `DW_EH_PE_*` pointer encodings used by `.eh_frame_hdr`. Source: LSB 5.0 §10.5.1 (DWARF Exception Header
 /// Encoding).
 mod pe {
@@ -430,10 +440,8 @@ pub fn step<M: MemoryReader + ?Sized>(
     lookup_pc: u64,
 ) -> Result<Step, Miss> {
     let mut next = UnwindRegs::default();
-    Ok(match step_into(arch, mem, ctx, cache, hdr, regs, lookup_pc, &mut next)? {
-        Stepped::Caller { cfa, signal_frame } => Step::Caller { regs: next, cfa, signal_frame },
-        Stepped::End => Step::End,
-    })
+    let stepped = step_into(arch, mem, ctx, cache, hdr, regs, lookup_pc, &mut next)?;
+    Ok(stepped.with_regs(next))
 }
 
 /// [`step`], with the caller's registers written into `out` (the walker's form; see [`Stepped`]). `out` may hold
@@ -585,10 +593,8 @@ pub fn step_fde<M: MemoryReader + ?Sized>(
 /// The step for a kept row: the same rules as the general path in [`step`], evaluated from the [`Row`].
 fn apply<M: MemoryReader + ?Sized>(arch: &ArchSpec, mem: &mut M, row: &Row, regs: &UnwindRegs) -> Result<Step, Miss> {
     let mut next = UnwindRegs::default();
-    Ok(match apply_into(arch, mem, row, regs, &mut next)? {
-        Stepped::Caller { cfa, signal_frame } => Step::Caller { regs: next, cfa, signal_frame },
-        Stepped::End => Step::End,
-    })
+    let stepped = apply_into(arch, mem, row, regs, &mut next)?;
+    Ok(stepped.with_regs(next))
 }
 
 /// [`apply`] with the caller's registers written into `out`.
