@@ -671,11 +671,10 @@ fn walk_into<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
 
 /// Swift async frames for one step (only with [`WalkOptions::swift_async`]): when the caller's frame pointer was
 /// read from a tagged extended record, clears the tag in `caller` (the caller's registers, found with trust
-/// `caller_trust`) and, when that record is the one at the current
-/// frame's own `fp` (the word there is the tagged value, and `fp - 8 .. fp + 16` lies in the stack), stores the
-/// async context chain beside it. Not for callers found by a scan (the record's owner may be a frame the scan
-/// skipped) or restored from a signal frame (its `fp` is a register, not a record). `false` when the output is
-/// full.
+/// `caller_trust`) and, when that record is the one at the current frame's own `fp` (the word there is the tagged
+/// value, and `fp - 8 .. fp + 16` lies in the stack), stores the async context chain beside it. Not for callers
+/// found by a scan (the record's owner may be a frame the scan skipped) or restored from a signal frame (its `fp`
+/// is a register, not a record). `false` when the output is full.
 #[allow(clippy::too_many_arguments)]
 fn async_callers<M: MemoryReader + ?Sized, C: CodeMap + ?Sized>(
     arch: &ArchSpec,
