@@ -36,6 +36,11 @@ impl Flavor {
 pub struct CrashLog {
     /// Layout family.
     pub flavor: Flavor,
+    /// An app of the iOS Simulator (the `.ips` metadata's `platform` 7, dyld's `PLATFORM_IOSSIMULATOR`): the iOS
+    /// layout, with macOS's thread headers and Binary Images lines (a macOS 15.2 Console translation of such a
+    /// report, seen in a repository without a licence). Only with [`Flavor::Ios`].
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub simulator: bool,
     /// Header fields (process, OS, times).
     pub header: Header,
     /// Exception block.
@@ -381,6 +386,7 @@ impl CrashLog {
     pub fn new(flavor: Flavor) -> Self {
         CrashLog {
             flavor,
+            simulator: false,
             header: Header::default(),
             exception: ExceptionInfo::default(),
             event: None,

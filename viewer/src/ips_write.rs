@@ -68,10 +68,12 @@ fn id_text(id: &ImageId) -> String {
     }
 }
 
-fn platform(flavor: Flavor) -> Option<u64> {
-    // `platform` in the metadata line: dyld's platform numbers (1 macOS, 2 iOS); none for Linux.
-    match flavor {
+fn platform(log: &CrashLog) -> Option<u64> {
+    // `platform` in the metadata line: dyld's platform numbers (1 macOS, 2 iOS, 7 iOS Simulator; `<mach-o/loader.h>`);
+    // none for Linux.
+    match log.flavor {
         Flavor::Macos => Some(1),
+        Flavor::Ios if log.simulator => Some(7),
         Flavor::Ios => Some(2),
         Flavor::Linux => None,
     }
@@ -95,7 +97,7 @@ fn metadata(log: &CrashLog) -> Value {
     let main = log.images.iter().find(|i| i.path.is_some() && i.path == h.path);
     put(&mut m, "slice_uuid", main.and_then(|i| i.id.as_ref()).map(id_text));
     m.insert("build_version".into(), h.bundle_version.clone().unwrap_or_default().into());
-    put(&mut m, "platform", platform(log.flavor));
+    put(&mut m, "platform", platform(log));
     put(&mut m, "bundleID", h.identifier.clone());
     // Not shared with the app's developers through Apple; not an Apple (first-party) process.
     m.insert("share_with_app_devs".into(), 0.into());
@@ -125,7 +127,8 @@ fn body(log: &CrashLog) -> Value {
         put(&mut o, "build", build);
         put(&mut o, "releaseType", h.release_type.clone());
         if log.flavor != Flavor::Linux {
-            o.insert("isEmbedded".into(), (log.flavor == Flavor::Ios).into());
+            // A Simulator app's OS is the Mac's.
+            o.insert("isEmbedded".into(), (log.flavor == Flavor::Ios && !log.simulator).into());
         }
         b.insert("osVersion".into(), Value::Object(o));
     }

@@ -97,6 +97,8 @@ fn render_ios(log: &CrashLog, out: &mut String, legacy: bool) {
         None => n.to_string(),
     });
     field(out, W, "Coalition", coalition.as_deref());
+    // iOS Simulator apps (the Simulator's trampoline on the Mac); device reports have no responsible process.
+    field(out, W, "Responsible Process", name_pid(h.responsible_name.as_deref(), h.responsible_pid).as_deref());
     out.push('\n');
     field(out, W, "Date/Time", h.date_time.as_deref());
     field(out, W, "Launch Time", h.launch_time.as_deref());
@@ -160,8 +162,14 @@ fn render_ios(log: &CrashLog, out: &mut String, legacy: bool) {
     user_values(out, log, after);
     text_block(out, "Kernel Triage:", log.kernel_triage.as_slice(), 2);
     last_exception_backtrace(out, log, legacy);
-    threads_and_state(out, log, legacy, |out, t| thread_header_ios(out, t, legacy));
-    binary_images(out, log, |out, im| image_line_ios(out, im, legacy));
+    if log.simulator {
+        // The Simulator's report: macOS's thread headers and image lines in the iOS layout.
+        threads_and_state(out, log, legacy, thread_header_macos);
+        binary_images(out, log, image_line_macos);
+    } else {
+        threads_and_state(out, log, legacy, |out, t| thread_header_ios(out, t, legacy));
+        binary_images(out, log, |out, im| image_line_ios(out, im, legacy));
+    }
     out.push_str("\nEOF\n\n");
 }
 

@@ -444,3 +444,42 @@ fn ios_app_store_builds_print_the_app_store_tools_build_under_version() {
     assert_eq!(body["bundleInfo"]["DTAppStoreToolsBuild"], "16F3");
     assert_eq!(viewer::render_bytes(ours.as_bytes()).unwrap(), text);
 }
+
+#[test]
+fn ios_simulator_reports_take_macos_thread_headers_and_image_lines_in_the_ios_layout() {
+    // A macOS 15.2 Console translation of an iOS Simulator app's report (`platform` 7; a repository without a
+    // licence, so not in the corpus; that pair renders byte for byte): the iOS header with `Responsible Process:`
+    // after `Coalition:`, macOS's `Thread N::  Dispatch queue: ...` headers and Binary Images lines (bundle id,
+    // version, dashed UUID), `EOF` at the end. Checked here on an edited copy of a corpus `.ips`.
+    let ips = std::fs::read_to_string(third_party("macsymbolicator/ios15-swift-assert/report.ips")).unwrap();
+    let edited = ips.replacen("\"platform\":2,", "\"platform\":7,", 1).replacen(
+        "\"uptime\" :",
+        "\"responsibleProc\" : \"SimulatorTrampoline\",\n  \"responsiblePid\" : 1047,\n  \"uptime\" :",
+        1,
+    );
+    assert_eq!(edited.matches("SimulatorTrampoline").count(), 1);
+    assert!(edited.contains("\"platform\":7,"));
+    let device = viewer::render_bytes(ips.as_bytes()).unwrap();
+    let text = viewer::render_bytes(edited.as_bytes()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = |prefix: &str| lines.iter().position(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("{prefix}"));
+    assert_eq!(lines[at("Coalition:") + 1], "Responsible Process: SimulatorTrampoline [1047]");
+    assert!(lines.contains(&"Thread 0 Crashed::  Dispatch queue: com.apple.main-thread"), "{text}");
+    assert!(!text.contains("Thread 0 name:"));
+    let images = at("Binary Images:");
+    assert_eq!(
+        lines[images + 1],
+        "       0x1ad951000 -        0x1ade67fff libswiftCore.dylib (*) <178beeaf-85dc-35a7-b02c-b951eba169ce> \
+         /usr/lib/swift/libswiftCore.dylib"
+    );
+    assert!(text.ends_with("\nEOF\n\n"));
+    // The device report keeps the iOS lines.
+    assert!(device.contains("Thread 0 name:   Dispatch queue: com.apple.main-thread\nThread 0 Crashed:\n"));
+    assert!(!device.contains("Responsible Process:"));
+    // Written back as `.ips` (`--format ips`), it is still a Simulator report.
+    let mut loaded = viewer::load(edited.as_bytes()).unwrap();
+    let ours = viewer::render_loaded(&mut loaded, viewer::Layout::Modern, viewer::Format::Ips, None);
+    let meta: serde_json::Value = serde_json::from_str(ours.lines().next().unwrap()).unwrap();
+    assert_eq!(meta["platform"], 7);
+    assert_eq!(viewer::render_bytes(ours.as_bytes()).unwrap(), text);
+}
