@@ -218,9 +218,14 @@ fn truthy(v: &Value, key: &str) -> bool {
 /// dyld's `PLATFORM_IOSSIMULATOR`, the `platform` of an iOS Simulator app's `.ips` (`<mach-o/loader.h>`).
 const PLATFORM_IOS_SIMULATOR: u64 = 7;
 
+/// Whether the metadata line names an iOS Simulator app.
+fn is_simulator(meta: &Value) -> bool {
+    u(meta, "platform") == Some(PLATFORM_IOS_SIMULATOR)
+}
+
 fn flavor_of(meta: &Value, body: &Value) -> Flavor {
     // A Simulator app runs on macOS (its OS version is the Mac's) but is reported in the iOS layout.
-    if u(meta, "platform") == Some(PLATFORM_IOS_SIMULATOR) {
+    if is_simulator(meta) {
         return Flavor::Ios;
     }
     let train = body.get("osVersion").and_then(|o| s(o, "train")).or_else(|| s(meta, "os_version"));
@@ -242,7 +247,7 @@ fn flavor_of(meta: &Value, body: &Value) -> Flavor {
 /// Maps a parsed body (and metadata line) into the model. `body` may be `Null` (only the metadata survived).
 fn map_body(meta: &Value, body: &Value, problems: Vec<String>) -> CrashLog {
     let mut log = CrashLog::new(flavor_of(meta, body));
-    log.simulator = u(meta, "platform") == Some(PLATFORM_IOS_SIMULATOR);
+    log.simulator = is_simulator(meta);
     log.problems = problems;
     log.header = header(meta, body);
     log.exception = exception(body);

@@ -190,10 +190,17 @@ impl<'a, M: MemoryReader + ?Sized> MappedStackReader<'a, M> {
     }
 }
 
+impl<M: MemoryReader + ?Sized> MappedStackReader<'_, M> {
+    /// Whether `[addr, addr + len)` lies inside the stack range read with plain loads (never for an unmapped stack,
+    /// whose range is empty).
+    fn inside(&self, addr: u64, len: u64) -> bool {
+        addr >= self.lo && addr.checked_add(len).is_some_and(|end| end <= self.hi)
+    }
+}
+
 impl<M: MemoryReader + ?Sized> MemoryReader for MappedStackReader<'_, M> {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
-        let inside = addr >= self.lo && addr.checked_add(buf.len() as u64).is_some_and(|end| end <= self.hi);
-        if !inside || buf.is_empty() {
+        if buf.is_empty() || !self.inside(addr, buf.len() as u64) {
             return self.inner.read(addr, buf);
         }
         // SAFETY: `[addr, addr + len)` lies inside `[lo, hi)`, a stack mapped whole for the life of its thread
@@ -209,10 +216,8 @@ impl<M: MemoryReader + ?Sized> MemoryReader for MappedStackReader<'_, M> {
     /// saved registers this way, a few per frame; [`MappedStackReader::read`]'s copy of a length not known at compile
     /// time is a call to `memcpy`).
     fn read_u64(&mut self, addr: u64) -> Option<u64> {
-        let inside = addr >= self.lo && addr.checked_add(8).is_some_and(|end| end <= self.hi);
-        if !inside {
-            let mut b = [0u8; 8];
-            return self.inner.read(addr, &mut b).then(|| u64::from_ne_bytes(b));
+        if !self.inside(addr, 8) {
+            return self.inner.read_u64(addr);
         }
         // SAFETY: `[addr, addr + 8)` lies inside `[lo, hi)`, mapped and readable for the whole read, as in `read`
         // above; an unaligned load is allowed by `read_unaligned`.

@@ -253,26 +253,10 @@ impl MapW {
     }
 }
 
-/// Encodes `v` as unsigned LEB128 into `out`; returns the byte count (1..=10).
-pub(super) fn leb128_encode(mut v: u64, out: &mut [u8; 10]) -> usize {
-    let mut n = 0usize;
-    for slot in out.iter_mut() {
-        let low = (v & 0x7f) as u8;
-        v >>= 7;
-        n = n.saturating_add(1);
-        if v == 0 {
-            *slot = low;
-            break;
-        }
-        *slot = low | 0x80;
-    }
-    n
-}
-
-/// Bytes of the unsigned LEB128 encoding of `v` (1..=10).
+/// Bytes of the unsigned LEB128 encoding of `v` (1..=10): its significant bits (at least one), 7 a byte.
 pub(super) fn leb128_len(v: u64) -> usize {
-    let mut buf = [0u8; 10];
-    leb128_encode(v, &mut buf)
+    let bits = 64u32.saturating_sub(v.leading_zeros()).max(1);
+    bits.div_ceil(7) as usize
 }
 
 /// Writes text as a MessagePack str, replacing each byte of an invalid UTF-8 sequence with `?`.
@@ -303,38 +287,52 @@ fn write_text(w: &mut Cursor<'_>, v: &[u8]) -> R {
 mod tests {
     use super::*;
 
+    /// `Cursor::leb128` of `v`, as bytes.
+    fn enc(v: u64) -> Vec<u8> {
+        let mut b = [0u8; 10];
+        let mut w = Cursor::new(&mut b);
+        w.leb128(v).expect("fits in 10 bytes");
+        let n = w.pos;
+        b[..n].to_vec()
+    }
+
     #[test]
     fn leb128_edges() {
-        let enc = |v: u64| {
-            let mut b = [0u8; 10];
-            let n = leb128_encode(v, &mut b);
-            b[..n].to_vec()
-        };
         assert_eq!(enc(0), [0]);
         assert_eq!(enc(127), [0x7f]);
         assert_eq!(enc(128), [0x80, 0x01]);
         assert_eq!(enc(624_485), [0xe5, 0x8e, 0x26]);
-        let mut b = [0u8; 10];
-        let n = leb128_encode(u64::MAX, &mut b);
-        assert_eq!(&b[..n], &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+        assert_eq!(enc(u64::MAX), [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
         assert_eq!(leb128_len(u64::MAX), 10);
         assert_eq!(leb128_len(1 << 63), 10);
         assert_eq!(leb128_len((1 << 63) - 1), 9);
+        assert_eq!(leb128_len(0), 1);
     }
 
     #[test]
     fn cursor_leb128_writes_the_encoding_all_or_nothing() {
-        for v in [0, 1, 127, 128, 16_383, 16_384, 624_485, 1 << 35, u64::MAX] {
-            let mut want = [0u8; 10];
-            let n = leb128_encode(v, &mut want);
+        // Every bit-length boundary: the bytes decode back, their count is `leb128_len`, and one byte less of room
+        // is an error that writes nothing.
+        let mut values = vec![0u64, u64::MAX];
+        for k in 1..64 {
+            values.extend([(1u64 << k) - 1, 1u64 << k]);
+        }
+        for v in values {
+            let bytes = enc(v);
+            assert_eq!(bytes.len(), leb128_len(v), "{v}");
+            let (mut back, mut shift) = (0u64, 0u32);
+            for (i, b) in bytes.iter().enumerate() {
+                back |= u64::from(b & 0x7f) << shift;
+                shift += 7;
+                assert_eq!(b & 0x80 != 0, i + 1 < bytes.len(), "continuation bits of {v}");
+            }
+            assert_eq!(back, v);
             let mut buf = [0xaau8; 12];
             let mut w = Cursor::new(&mut buf);
             w.leb128(v).expect("fits");
-            assert_eq!(w.pos, n);
-            assert_eq!(&buf[..n], &want[..n], "{v}");
+            let n = w.pos;
             assert_eq!(buf[n], 0xaa, "nothing written past the number");
-            // One byte short: an error, and nothing written.
-            let mut short = vec![0xaau8; n - 1];
+            let mut short = vec![0xaau8; bytes.len() - 1];
             let mut w = Cursor::new(&mut short);
             assert!(w.leb128(v).is_err());
             assert_eq!(w.pos, 0);
