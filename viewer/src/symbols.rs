@@ -412,7 +412,9 @@ impl DebugFile {
     }
 
     /// [`DebugFile::lookup`] for many `(address, probe)` pairs; the results are in the order of `queries`, and the
-    /// same as one [`DebugFile::lookup`] per query.
+    /// same as one [`DebugFile::lookup`] per query, except for an address of live code that a line program of code
+    /// the linker dropped also covers: the unit-by-unit path does not name dropped code, `addr2line` may
+    /// (`symbols/batch.rs` says when).
     ///
     /// The batch is resolved unit by unit: the queries are grouped by the compilation unit that covers them and
     /// each unit's line program and DIE tree are read once for all of its queries, the units spread over the cores
