@@ -496,6 +496,14 @@ impl DebugFile {
         batch::check_run_fast(&dwarf)
     }
 
+    /// Checks how the batch path reads unit DIEs when listing units against `gimli`'s `Unit` on every unit of this
+    /// file: the number of units compared, or the first difference (tests).
+    #[doc(hidden)]
+    pub fn check_listed_units(&self) -> Result<usize, String> {
+        let dwarf = gimli_dwarf(&self.sections).ok_or("no DWARF")?;
+        batch::check_lean_units(&dwarf)
+    }
+
     /// The batch as `addr2line` resolves it, one address at a time (what [`DebugFile::lookup_batch`] did before
     /// the unit-by-unit path; kept as the tests' reference).
     ///

@@ -233,6 +233,27 @@ fn line_program_decoder_matches_gimli() {
     }
 }
 
+/// Listing reads each unit DIE itself, without the line program (`symbols/batch.rs`, `lean_unit`): the same values
+/// as `gimli::Unit` (bases, `DW_AT_low_pc`, split-DWARF id, where the line program is and its header) in every
+/// unit of every binary here, DWARF 4 and 5, and of the file named by `ATOS_BATCH_CHECK_FILE` when set.
+#[test]
+fn listed_units_match_gimli() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = vec![
+        build_c(&dir.path().join("v5"), &["-gdwarf-5"]),
+        build_c(&dir.path().join("v4"), &["-gdwarf-4"]),
+        build_c(&dir.path().join("split"), &["-gdwarf-5", "-gsplit-dwarf"]),
+        std::env::current_exe().unwrap(),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/macho-built/crashy.dSYM/Contents/Resources/DWARF/crashy"),
+    ];
+    files.extend(std::env::var_os("ATOS_BATCH_CHECK_FILE").map(PathBuf::from));
+    for f in files {
+        let compared = load(&f).check_listed_units().unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        assert!(compared >= 1, "{}: no unit compared", f.display());
+    }
+}
+
 /// `viewer atos` with the addresses on standard input; returns standard output.
 fn run_atos(prog: &Path, addresses: &[u64], extra: &[&str]) -> Vec<u8> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_viewer"))
