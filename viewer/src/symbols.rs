@@ -211,8 +211,8 @@ pub struct DebugFile {
     pub identity: Identity,
     /// Link-time address of the image start: Mach-O `__TEXT` vmaddr; ELF first `PT_LOAD` vaddr (page-aligned).
     pub image_base: u64,
-    /// Function symbols, sorted by address.
-    symbols: SymbolTable,
+    /// Function symbols, sorted by address; built on a thread of its own from load on ([`PendingSymbols`]).
+    symbols: PendingSymbols,
     /// The DWARF sections present (readers over the shared buffer), to build more contexts for parallel lookups.
     sections: Vec<(gimli::SectionId, Reader)>,
     /// DWARF through `addr2line`, built on first use (`None` before; `Some(None)` when the file has none or it
@@ -237,7 +237,7 @@ impl std::fmt::Debug for DebugFile {
         f.debug_struct("DebugFile")
             .field("identity", &self.identity)
             .field("image_base", &self.image_base)
-            .field("symbols", &self.symbols.entries.len())
+            .field("symbols", &self.symbols().entries.len())
             .field("dwarf", &!self.sections.is_empty())
             .finish()
     }
@@ -327,7 +327,7 @@ impl DebugFile {
         } else {
             obj.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff
         };
-        let symbols = SymbolTable::new(&obj, &data, macho);
+        let symbols = PendingSymbols::start(&data, range_in(&data, bytes).unwrap_or(0..data.len()), macho);
         let sections =
             if obj.section_by_name(".debug_info").is_some() { dwarf_sections(&obj, &data) } else { Vec::new() };
         // The file's bytes, and the buffers of its decompressed sections.
@@ -348,6 +348,11 @@ impl DebugFile {
         })
     }
 
+    /// The symbol table, once its thread has built it.
+    fn symbols(&self) -> &SymbolTable {
+        self.symbols.get()
+    }
+
     /// The DWARF sections loaded, by name (`.debug_info`, ...): tests check which ones are left out.
     #[doc(hidden)]
     pub fn dwarf_section_names(&self) -> Vec<&'static str> {
@@ -362,7 +367,7 @@ impl DebugFile {
 
     /// Number of function symbols indexed.
     pub fn symbol_count(&self) -> usize {
-        self.symbols.entries.len()
+        self.symbols().entries.len()
     }
 
     /// True when DWARF line information is available.
@@ -408,7 +413,7 @@ impl DebugFile {
             }
             None => Vec::new(),
         };
-        self.symbols.finish_lookup(out, address, probe)
+        self.symbols().finish_lookup(out, address, probe)
     }
 
     /// [`DebugFile::lookup`] for many `(address, probe)` pairs; the results are in the order of `queries`, and the
@@ -473,7 +478,7 @@ impl DebugFile {
             return (self.lookup_batch_addr2line(queries), queries.len());
         };
         self.unit_batches.fetch_add(1, AtomicOrdering::Relaxed);
-        let found = batch::lookup(units, &self.symbols, queries, threads);
+        let found = batch::lookup(units, self.symbols(), queries, threads);
         let mut left = 0;
         let frames = found
             .into_iter()
@@ -528,7 +533,7 @@ impl DebugFile {
         let per = order.len().div_ceil(cores.min(8));
         let mut runs = order.chunks(per);
         let first = runs.next().unwrap_or(&[]);
-        let (symbols, sections) = (&self.symbols, self.sections.as_slice());
+        let (symbols, sections) = (self.symbols(), self.sections.as_slice());
         // One run: (query index, frames). `None` when the DWARF parser panicked (corrupt debug info).
         let resolve = |ctx: &Context<Reader>, run: &[usize]| -> Option<Vec<(usize, Vec<SymbolInfo>)>> {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -571,7 +576,7 @@ impl DebugFile {
         for run in failed {
             for &i in run {
                 let (a, p) = queries[i];
-                out[i] = self.symbols.finish_lookup(Vec::new(), a, p);
+                out[i] = self.symbols().finish_lookup(Vec::new(), a, p);
             }
         }
         out
@@ -579,12 +584,12 @@ impl DebugFile {
 
     /// The symbol-table entry covering `addr`: `(start, end, raw name)`.
     pub fn symbol_at(&self, addr: u64) -> Option<(u64, u64, &str)> {
-        self.symbols.at(addr)
+        self.symbols().at(addr)
     }
 
     /// Demangled display form of a raw symbol-table name (Mach-O's leading `_` removed first).
     pub fn display_name(&self, raw: &str) -> String {
-        self.symbols.display_name(raw)
+        self.symbols().display_name(raw)
     }
 }
 
@@ -623,6 +628,54 @@ struct Sym {
     end: u64,
     name_at: usize,
     name_len: usize,
+}
+
+/// A file's symbol table being built on a thread of its own while the loading thread goes on (to the DWARF sections,
+/// then the first batch's unit listing, which does not need it); the first use waits for it. On the benchmark's
+/// binary it takes about 2 ms (20,105 symbols: reading them, their names, sorting), which the listing's serial start
+/// leaves a core for.
+struct PendingSymbols {
+    table: OnceLock<SymbolTable>,
+    /// The building thread until the first use joins it.
+    building: Mutex<Option<std::thread::JoinHandle<SymbolTable>>>,
+    /// The file's bytes and whether it is Mach-O, for an empty table should the building thread panic.
+    data: Bytes,
+    macho: bool,
+}
+
+impl PendingSymbols {
+    /// Starts building the table of the object at `range` of `data` (the whole file, or a universal slice). When
+    /// no thread can be started, it is built here and now.
+    fn start(data: &Bytes, range: std::ops::Range<usize>, macho: bool) -> PendingSymbols {
+        let build = {
+            let data = data.clone();
+            move || match data.get(range).map(object::File::parse) {
+                Some(Ok(obj)) => SymbolTable::new(&obj, &data, macho),
+                _ => SymbolTable { data: data.clone(), entries: Vec::new(), macho },
+            }
+        };
+        let pending = PendingSymbols { table: OnceLock::new(), building: Mutex::new(None), data: data.clone(), macho };
+        match std::thread::Builder::new().name("viewer-symbols".into()).spawn(build.clone()) {
+            Ok(handle) => *pending.building.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(handle),
+            Err(_) => {
+                let _ = pending.table.set(build());
+            }
+        }
+        pending
+    }
+
+    /// The table: waits for the building thread the first time. A thread that panicked (a parser's panic on a
+    /// corrupt file) leaves an empty table; DWARF lookups still work.
+    fn get(&self) -> &SymbolTable {
+        self.table.get_or_init(|| {
+            let handle = self.building.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+            handle.and_then(|h| h.join().ok()).unwrap_or_else(|| SymbolTable {
+                data: self.data.clone(),
+                entries: Vec::new(),
+                macho: self.macho,
+            })
+        })
+    }
 }
 
 /// Function symbols sorted by address, their names borrowed from the file's bytes (checked UTF-8 when built).
@@ -1231,13 +1284,13 @@ mod tests {
         let ident = identify(&exe).into_iter().next().expect("the test binary is an object file");
         let read = DebugFile::load(ident.clone()).unwrap();
         let mapped = DebugFile::load_mapped(ident).unwrap();
-        assert!(matches!(&*read.symbols.data.0, FileBytes::Read(_)));
-        assert!(matches!(&*mapped.symbols.data.0, FileBytes::Mapped(_)));
+        assert!(matches!(&*read.symbols().data.0, FileBytes::Read(_)));
+        assert!(matches!(&*mapped.symbols().data.0, FileBytes::Mapped(_)));
         assert_eq!(mapped.image_base, read.image_base);
         assert_eq!(mapped.symbol_count(), read.symbol_count());
         assert!(mapped.has_dwarf());
         let mut named = 0;
-        for s in read.symbols.entries.iter().step_by(7) {
+        for s in read.symbols().entries.iter().step_by(7) {
             let a = s.start + (s.end - s.start) / 2;
             let got = mapped.lookup(a, a);
             assert_eq!(got, read.lookup(a, a), "address {a:#x}");
@@ -1246,7 +1299,7 @@ mod tests {
         assert!(named > 10, "only {named} addresses had a source line");
         let mut store = SymbolStore::only(vec![]).with_mapped_files();
         let f = store.load_path(&exe, None, None).expect("loads");
-        assert!(matches!(&*f.symbols.data.0, FileBytes::Mapped(_)));
+        assert!(matches!(&*f.symbols().data.0, FileBytes::Mapped(_)));
     }
 
     /// A batch large enough to be split over threads gives, query by query and in order, what `lookup` gives.
@@ -1257,7 +1310,7 @@ mod tests {
         let ident = identify(&exe).into_iter().next().expect("the test binary is an object file");
         let file = DebugFile::load(ident).unwrap();
         assert!(file.has_dwarf(), "test builds carry DWARF");
-        let funcs: Vec<(u64, u64)> = file.symbols.entries.iter().map(|s| (s.start, s.end)).collect();
+        let funcs: Vec<(u64, u64)> = file.symbols().entries.iter().map(|s| (s.start, s.end)).collect();
         assert!(funcs.len() > 100);
         // Addresses spread over the whole text (deterministic), a return-address probe for every other one, and
         // two far outside it.
@@ -1359,7 +1412,7 @@ mod tests {
         let exe = std::env::current_exe().unwrap();
         let ident = identify(&exe).into_iter().next().expect("the test binary is an object file");
         let file = DebugFile::load(ident).unwrap();
-        let funcs: Vec<(u64, u64)> = file.symbols.entries.iter().map(|s| (s.start, s.end)).collect();
+        let funcs: Vec<(u64, u64)> = file.symbols().entries.iter().map(|s| (s.start, s.end)).collect();
         let queries: Vec<(u64, u64)> = (0..10u64)
             .map(|k| funcs[(k.wrapping_mul(2_654_435_761) % funcs.len() as u64) as usize])
             .map(|(start, end)| (start + (end - start) / 2, start + (end - start) / 2))
