@@ -213,21 +213,28 @@ fn macho_dsym_batch_matches_addr2line() {
     assert!(with_file * 10 > addresses.len() * 9, "only {with_file} of {} had a source file", addresses.len());
 }
 
-/// The batch path's own line-program decoder gives the same rows (address, file, line, end of sequence) as
-/// `gimli`'s in every unit of every binary here, and of the file named by `ATOS_BATCH_CHECK_FILE` when set (a
-/// release build, say).
-#[test]
-fn line_program_decoder_matches_gimli() {
-    let dir = tempfile::tempdir().unwrap();
+/// The binaries the decoder checks below run on, built into `dir`: the C program as DWARF 5, DWARF 4 and split
+/// DWARF 5 (`-gsplit-dwarf`: skeleton units), this test binary (Rust), the Mach-O dSYM fixture, and the file named
+/// by `ATOS_BATCH_CHECK_FILE` when set (a release build, say).
+fn dwarf_files(dir: &Path) -> Vec<PathBuf> {
     let mut files = vec![
-        build_c(&dir.path().join("v5"), &["-gdwarf-5"]),
-        build_c(&dir.path().join("v4"), &["-gdwarf-4"]),
+        build_c(&dir.join("v5"), &["-gdwarf-5"]),
+        build_c(&dir.join("v4"), &["-gdwarf-4"]),
+        build_c(&dir.join("split"), &["-gdwarf-5", "-gsplit-dwarf"]),
         std::env::current_exe().unwrap(),
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/macho-built/crashy.dSYM/Contents/Resources/DWARF/crashy"),
     ];
     files.extend(std::env::var_os("ATOS_BATCH_CHECK_FILE").map(PathBuf::from));
-    for f in files {
+    files
+}
+
+/// The batch path's own line-program decoder gives the same rows (address, file, line, end of sequence) as
+/// `gimli`'s in every unit of every binary of [`dwarf_files`].
+#[test]
+fn line_program_decoder_matches_gimli() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in dwarf_files(dir.path()) {
         let compared = load(&f).check_line_sequences().unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         assert!(compared >= 1, "{}: no unit compared", f.display());
     }
@@ -235,20 +242,11 @@ fn line_program_decoder_matches_gimli() {
 
 /// Listing reads each unit DIE itself, without the line program (`symbols/batch.rs`, `lean_unit`): the same values
 /// as `gimli::Unit` (bases, `DW_AT_low_pc`, split-DWARF id, where the line program is and its header) in every
-/// unit of every binary here, DWARF 4 and 5, and of the file named by `ATOS_BATCH_CHECK_FILE` when set.
+/// unit of every binary of [`dwarf_files`].
 #[test]
 fn listed_units_match_gimli() {
     let dir = tempfile::tempdir().unwrap();
-    let mut files = vec![
-        build_c(&dir.path().join("v5"), &["-gdwarf-5"]),
-        build_c(&dir.path().join("v4"), &["-gdwarf-4"]),
-        build_c(&dir.path().join("split"), &["-gdwarf-5", "-gsplit-dwarf"]),
-        std::env::current_exe().unwrap(),
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/macho-built/crashy.dSYM/Contents/Resources/DWARF/crashy"),
-    ];
-    files.extend(std::env::var_os("ATOS_BATCH_CHECK_FILE").map(PathBuf::from));
-    for f in files {
+    for f in dwarf_files(dir.path()) {
         let compared = load(&f).check_listed_units().unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         assert!(compared >= 1, "{}: no unit compared", f.display());
     }
