@@ -417,9 +417,9 @@ impl DebugFile {
     }
 
     /// [`DebugFile::lookup`] for many `(address, probe)` pairs; the results are in the order of `queries`, and the
-    /// same as one [`DebugFile::lookup`] per query, except for an address of live code that a line program of code
-    /// the linker dropped also covers: the unit-by-unit path does not name dropped code, `addr2line` may
-    /// (`symbols/batch.rs` says when).
+    /// same as one [`DebugFile::lookup`] per query, except for an address of live code that the line program of a
+    /// unit the linker dropped also covers, when the unit's declared ranges were written as empty: the unit-by-unit
+    /// path does not name that dropped code, `addr2line` may (`symbols/batch.rs` says when).
     ///
     /// The batch is resolved unit by unit: the queries are grouped by the compilation unit that covers them and
     /// each unit's line program and DIE tree are read once for all of its queries, the units spread over the cores
@@ -665,7 +665,9 @@ impl PendingSymbols {
     }
 
     /// The table: waits for the building thread the first time. A thread that panicked (a parser's panic on a
-    /// corrupt file) leaves an empty table; DWARF lookups still work.
+    /// corrupt file) leaves an empty table, and DWARF lookups still work; no note says so (a panic while loading
+    /// the rest of the file fails the load with one). The thread holds the file's bytes until it ends, even if the
+    /// file is dropped meanwhile.
     fn get(&self) -> &SymbolTable {
         self.table.get_or_init(|| {
             let handle = self.building.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();

@@ -26,7 +26,9 @@
 //! it; `ld.lld` writes its `.debug_ranges` entries as `[1, 1)`). `addr2line` then takes the unit's line program's
 //! sequences as its ranges, and those describe the dropped code at the address the linker resolved it to (0
 //! onward), so an address of live code below their end can be named after dropped code; here such a unit covers
-//! no address. On the benchmark's binary that is 337 units and 5.1 MB of line programs not decoded. An
+//! no address. On the benchmark's binary that is 337 units and 5.1 MB of line programs not decoded. Dropped code
+//! whose ranges the linker wrote as `[0, size)` (`ld.lld` with DWARF 5, or a unit with `DW_AT_low_pc` and
+//! `DW_AT_high_pc`) is taken for code by both, as before. An
 //! address this path does not handle the way `addr2line` would — its first unit has neither a function nor a row
 //! for it (`addr2line` would try the next unit), the unit's DWARF fails to parse, a split-DWARF skeleton unit, a
 //! parser panic — is handed back to the caller, which resolves it with `addr2line`.
@@ -53,6 +55,7 @@ struct IndexUnit {
     /// name reference needs its DIEs; `None` when it does not parse (its probes are then left to `addr2line`).
     /// Boxed: a `gimli::Unit` is 576 bytes and few units are ever parsed, so the list stays small (unboxed, listing
     /// the benchmark binary's 3,456 units moved 688 bytes each through fresh pages: 900 more page faults a render).
+    /// (The unit counts here are of the binary measured; each build of it has a few more or fewer.)
     full: OnceLock<Option<Box<gimli::Unit<Reader>>>>,
 }
 
@@ -325,12 +328,7 @@ fn unit_ranges(
     if need_range {
         // No ranges declared by the unit DIE: the line program's sequences (none when it does not parse; nor does
         // the unit, for `addr2line`).
-        if let Some((at, name, comp_dir)) = listed.line_program.take() {
-            let unit = &listed.unit;
-            let string = |v: Option<gimli::AttributeValue<Reader>>| v.and_then(|v| dwarf.attr_string(unit, v).ok());
-            let program = dwarf.debug_line.program(at, unit.header.address_size(), string(comp_dir), string(name));
-            listed.unit.line_program = program.ok();
-        }
+        listed.parse_line_program(dwarf);
         if let Ok(sequences) = line_sequences(gimli::UnitRef::new(dwarf, &listed.unit)) {
             ranges.extend(sequences.into_iter().map(|(begin, end)| gimli::Range { begin, end }));
         }
@@ -347,6 +345,18 @@ struct ListedUnit {
     unit: gimli::Unit<Reader>,
     /// `DW_AT_stmt_list`, `DW_AT_name` and `DW_AT_comp_dir` of a line program not parsed yet.
     line_program: Option<LineProgramAt>,
+}
+
+impl ListedUnit {
+    /// Parses the line program's header kept for later, as `gimli::Unit::new_with_abbreviations` would have
+    /// (`unit.line_program` stays `None` when it does not parse; `gimli` would have failed the unit).
+    fn parse_line_program(&mut self, dwarf: &gimli::Dwarf<Reader>) {
+        let Some((at, name, comp_dir)) = self.line_program.take() else { return };
+        let unit = &self.unit;
+        let string = |v: Option<gimli::AttributeValue<Reader>>| v.and_then(|v| dwarf.attr_string(unit, v).ok());
+        let program = dwarf.debug_line.program(at, unit.header.address_size(), string(comp_dir), string(name));
+        self.unit.line_program = program.ok();
+    }
 }
 
 /// Where a unit's line program is, and the unit's name and directory that its header takes (`DW_AT_stmt_list`,
@@ -374,7 +384,9 @@ fn listed_unit(
 /// `gimli::Unit::new_with_abbreviations` but for the line program, whose header it parses whole (every directory
 /// and file entry, into vectors) though most units never need it: the unit DIE's attributes are read as it reads
 /// them (gimli 0.32, `read/dwarf.rs`; `check_lean_units` compares the two), and the line program's place is kept
-/// for [`unit_ranges`]. On the benchmark's binary, the command's render took about 3 ms less wall time and CPU.
+/// for [`ListedUnit::parse_line_program`]. One difference: a null entry before the unit DIE, which `gimli` skips,
+/// is an error here ([`listed_unit`] then falls back to `gimli`). On the benchmark's binary, the command's render
+/// took about 3 ms less wall time and CPU.
 ///
 /// # Errors
 /// What `gimli` returns for the unit DIE (`MissingUnitDie` when there is none) or its `DW_AT_low_pc`.
@@ -832,49 +844,43 @@ pub(super) fn check_run_fast(dwarf: &gimli::Dwarf<Reader>) -> std::result::Resul
     Ok(compared)
 }
 
-/// Checks [`lean_unit`] against `gimli::Unit::new_with_abbreviations` on every unit of `dwarf` that both read,
-/// with the unit's whole abbreviation table: the same bases, `DW_AT_low_pc`, split-DWARF id, and line program
-/// offset (its header parsed from there, with the same name and directory, equal to `gimli`'s). Returns the number
-/// of units compared, or the first difference (tests).
+/// Checks the units as listing reads them ([`listed_unit`]: the cut abbreviation table, [`lean_unit`], the line
+/// program parsed later by [`ListedUnit::parse_line_program`]) against `gimli::Dwarf::unit` on every unit of
+/// `dwarf` that `gimli` reads: the same bases, `DW_AT_low_pc` and split-DWARF id, and the same line program header
+/// (offset, version, length, directories and files, the first directory and file). Returns the number of units
+/// compared, or the first difference (tests).
 pub(super) fn check_lean_units(dwarf: &gimli::Dwarf<Reader>) -> std::result::Result<usize, String> {
     let mut headers = dwarf.units();
+    let mut roots = RootAbbreviations::new();
     let mut compared = 0;
     while let Ok(Some(header)) = headers.next() {
-        let Ok(abbrevs) = dwarf.abbreviations(&header) else { continue };
-        let Ok(want) = gimli::Unit::new_with_abbreviations(dwarf, header.clone(), abbrevs.clone()) else { continue };
+        let Ok(want) = dwarf.unit(header.clone()) else { continue };
         let at = header.offset();
-        let mut got = lean_unit(dwarf, header, abbrevs).map_err(|e| format!("unit at {at:?}: {e}"))?;
+        let mut got = listed_unit(dwarf, header, &mut roots).ok_or(format!("unit at {at:?}: not listed"))?;
+        got.parse_line_program(dwarf);
         let (w, g) = (&want, &got.unit);
         let same = (w.low_pc, w.addr_base, w.rnglists_base, w.loclists_base, w.str_offsets_base, w.dwo_id)
             == (g.low_pc, g.addr_base, g.rnglists_base, g.loclists_base, g.str_offsets_base, g.dwo_id);
         if !same {
             return Err(format!("unit at {at:?}: the unit DIE's values differ from gimli's"));
         }
-        match (&want.line_program, got.line_program.take()) {
-            (None, None) => {}
-            (Some(program), Some((offset, name, comp_dir))) => {
-                let string =
-                    |v: Option<gimli::AttributeValue<Reader>>| v.and_then(|v| dwarf.attr_string(&got.unit, v).ok());
-                let (name, comp_dir) = (string(name), string(comp_dir));
-                let bytes = |r: &Option<Reader>| r.as_ref().map(|r| r.to_slice().map(|b| b.to_vec()).ok());
-                if (bytes(&name), bytes(&comp_dir)) != (bytes(&want.name), bytes(&want.comp_dir)) {
-                    return Err(format!("unit at {at:?}: the name or directory differs from gimli's"));
-                }
-                let ours = dwarf.debug_line.program(offset, got.unit.header.address_size(), comp_dir, name);
-                let shape = |h: &gimli::LineProgramHeader<Reader>| {
-                    (
-                        h.offset(),
-                        h.version(),
-                        h.raw_program_buf().len(),
-                        h.include_directories().len(),
-                        h.file_names().len(),
-                    )
-                };
-                if ours.as_ref().map(|p| shape(p.header())).ok() != Some(shape(program.header())) {
-                    return Err(format!("unit at {at:?}: the line program header differs from gimli's"));
-                }
-            }
-            _ => return Err(format!("unit at {at:?}: a line program on one side only")),
+        let shape = |unit: &gimli::Unit<Reader>| {
+            let header = unit.line_program.as_ref()?.header();
+            let text = |v: Option<gimli::AttributeValue<Reader>>| {
+                v.and_then(|v| dwarf.attr_string(unit, v).ok()).and_then(|r| r.to_slice().ok().map(|b| b.to_vec()))
+            };
+            Some((
+                header.offset(),
+                header.version(),
+                header.raw_program_buf().len(),
+                header.include_directories().len(),
+                header.file_names().len(),
+                text(header.directory(0)),
+                text(header.file(0).map(|f| f.path_name())),
+            ))
+        };
+        if shape(&want) != shape(&got.unit) {
+            return Err(format!("unit at {at:?}: the line program differs from gimli's"));
         }
         compared += 1;
     }
@@ -1326,15 +1332,19 @@ fn resolve_unit(
     // run side by side. (The benchmark's report has one unit of 816 KB whose passes take about 2 ms each, the
     // longest piece of its lookup; side by side, the lookup took 3.0 instead of 3.8 ms, medians of 6 runs.) A panic
     // in the line pass fails the unit as a parser panic does.
-    let (functions, sweep) = if unit.header.length_including_self() >= SIDE_BY_SIDE_MIN {
-        std::thread::scope(|scope| {
-            let lines = scope.spawn(|| sweep_lines(reader.unit, &probes));
-            let functions = reader.functions();
-            (functions, lines.join().unwrap_or(Err(gimli::Error::InvalidAddressRange)))
-        })
-    } else {
-        (reader.functions(), sweep_lines(reader.unit, &probes))
-    };
+    let side_by_side = unit.header.length_including_self() >= SIDE_BY_SIDE_MIN;
+    let (functions, sweep) = std::thread::scope(|scope| {
+        // No thread to be had: one pass after the other.
+        let lines = side_by_side
+            .then(|| std::thread::Builder::new().spawn_scoped(scope, || sweep_lines(reader.unit, &probes)).ok())
+            .flatten();
+        let functions = reader.functions();
+        let sweep = match lines {
+            Some(lines) => lines.join().unwrap_or(Err(gimli::Error::InvalidAddressRange)),
+            None => sweep_lines(reader.unit, &probes),
+        };
+        (functions, sweep)
+    });
     let ((offsets, ranges), sweep) = (functions?, sweep?);
     // The sequence each probe's row comes from: addr2line's search over the sequences sorted by start.
     let mut sorted: Vec<(u64, u64, usize)> = sweep.sequences.iter().enumerate().map(|(i, s)| (s.0, s.1, i)).collect();
