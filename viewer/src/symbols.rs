@@ -647,11 +647,12 @@ impl PendingSymbols {
     /// Starts building the table of the object at `range` of `data` (the whole file, or a universal slice). When
     /// no thread can be started, it is built here and now.
     fn start(data: &Bytes, range: std::ops::Range<usize>, macho: bool) -> PendingSymbols {
+        // The thread parses the object's headers again (`object::File` borrows the bytes; a few microseconds).
         let build = {
             let data = data.clone();
             move || match data.get(range).map(object::File::parse) {
                 Some(Ok(obj)) => SymbolTable::new(&obj, &data, macho),
-                _ => SymbolTable { data: data.clone(), entries: Vec::new(), macho },
+                _ => SymbolTable::empty(&data, macho),
             }
         };
         let pending = PendingSymbols { table: OnceLock::new(), building: Mutex::new(None), data: data.clone(), macho };
@@ -671,11 +672,7 @@ impl PendingSymbols {
     fn get(&self) -> &SymbolTable {
         self.table.get_or_init(|| {
             let handle = self.building.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-            handle.and_then(|h| h.join().ok()).unwrap_or_else(|| SymbolTable {
-                data: self.data.clone(),
-                entries: Vec::new(),
-                macho: self.macho,
-            })
+            handle.and_then(|h| h.join().ok()).unwrap_or_else(|| SymbolTable::empty(&self.data, self.macho))
         })
     }
 }
@@ -691,6 +688,11 @@ struct SymbolTable {
 impl SymbolTable {
     fn new(obj: &object::File<'_>, data: &Bytes, macho: bool) -> SymbolTable {
         SymbolTable { data: data.clone(), entries: symbol_table(obj, data), macho }
+    }
+
+    /// A table without symbols (the object did not parse, or building the table panicked).
+    fn empty(data: &Bytes, macho: bool) -> SymbolTable {
+        SymbolTable { data: data.clone(), entries: Vec::new(), macho }
     }
 
     /// The entry covering `addr`: `(start, end, raw name)`.
