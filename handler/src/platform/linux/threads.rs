@@ -167,33 +167,44 @@ fn record_own_bounds() -> bool {
 
 /// The main thread's stack `[lo, hi)` as glibc's `pthread_getattr_np` defines it, without reading
 /// `/proc/self/maps`: `hi` is the end of the mapped range that holds `sp` (the top of the `[stack]` mapping; found
-/// with `mincore`, which fails with `ENOMEM` on an unmapped page: a doubling search upwards, then a binary search,
-/// about 2 × log2(pages above `sp`) system calls), and `lo` is `hi` minus `RLIMIT_STACK` (the most the stack may grow
+/// with `mincore`, which fails with `ENOMEM` when a page of its range is unmapped: a doubling search upwards, then
+/// a binary search, each step checking every page between the highest known mapped one and its probe, about 2 ×
+/// log2(pages above `sp`) system calls), and `lo` is `hi` minus `RLIMIT_STACK` (the most the stack may grow
 /// to; 0 when unlimited, where glibc would stop at the mapping below). Not recorded as mapped: the stack grows on
 /// demand, so only the crash path's fault-proof reader reads it. `None` when `sp`'s own page is not mapped.
 pub(crate) fn main_thread_bounds(sp: u64) -> Option<(u64, u64)> {
     let page = crate::prealloc::page_size() as u64;
     let base = sp & !(page - 1);
-    let mapped = |pages: u64| -> bool {
-        let Some(at) = pages.checked_mul(page).and_then(|o| base.checked_add(o)) else { return false };
-        let mut vec = 0u8;
-        // SAFETY: one page at a page-aligned address; `vec` receives one byte. `mincore` only reports (ENOMEM for
-        // an unmapped page) and changes nothing.
-        unsafe { libc::mincore(at as *mut c_void, page as usize, &mut vec) == 0 }
+    // Whether every page from `from` to `to` (in pages above `base`, both included) is mapped. A range, not one
+    // page: a single probe could land beyond a hole (in the next mapping up) and the search would skip the hole.
+    let mapped = |from: u64, to: u64| -> bool {
+        let mut vec = [0u8; 256];
+        let mut at = from;
+        while at <= to {
+            let n = (to - at).saturating_add(1).min(vec.len() as u64);
+            let Some(addr) = at.checked_mul(page).and_then(|o| base.checked_add(o)) else { return false };
+            // SAFETY: `n` pages from a page-aligned address; `vec` receives one byte per page (`n` <= its
+            // length). `mincore` only reports (ENOMEM when a page is unmapped) and changes nothing.
+            if unsafe { libc::mincore(addr as *mut c_void, (n * page) as usize, vec.as_mut_ptr()) } != 0 {
+                return false;
+            }
+            at = at.saturating_add(n);
+        }
+        true
     };
-    if !mapped(0) {
+    if !mapped(0, 0) {
         return None;
     }
-    // The first unmapped page is between `known_mapped` (mapped) and `bound` (unmapped), in pages above `base`.
+    // Every page up to `known_mapped` is mapped; the first unmapped page is above it and at most `bound`.
     let mut known_mapped = 0u64;
     let mut bound = 1u64;
-    while mapped(bound) {
+    while mapped(known_mapped + 1, bound) {
         known_mapped = bound;
         bound = bound.checked_mul(2)?;
     }
     while bound - known_mapped > 1 {
         let mid = known_mapped + (bound - known_mapped) / 2;
-        if mapped(mid) {
+        if mapped(known_mapped + 1, mid) {
             known_mapped = mid;
         } else {
             bound = mid;
