@@ -203,9 +203,10 @@ fn concat(out: &mut [u8; 64], parts: &[&[u8]]) {
     }
 }
 
-/// How many spare descriptors install reserves for the crash path: one for `/proc/self/task` (Linux), one for the
-/// report file, which are open one after the other, plus one for another thread that takes a freed slot between
-/// our `close` and our `open` (threads still run while `/proc/self/task` is read).
+/// How many spare descriptors install reserves for the crash path: one for `/proc/self/task` (Linux) and one for
+/// the report file, which are open at the same time (the task directory stays open through the stop round), plus
+/// one for another thread that takes a freed slot between our `close` and our `open` (threads still run while the
+/// threads are being stopped).
 pub const SPARE_FDS: usize = 3;
 
 /// Descriptors reserved at install (`/dev/null` opened read-only, close-on-exec); -1: none. The crash path closes

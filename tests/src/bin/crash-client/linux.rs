@@ -54,6 +54,12 @@ static WAIT_FOR_LATE: AtomicBool = AtomicBool::new(false);
 const LATE_MAX: usize = 8;
 static LATE: [AtomicU64; LATE_MAX] = [const { AtomicU64::new(0) }; LATE_MAX];
 static LATE_COUNT: AtomicU64 = AtomicU64::new(0);
+/// Trigger `spawner`: threads listed by the first read of the thread list that exit after the first stop round
+/// (they block signals, so they are not stopped), before the second read. Each exit moves the threads after it
+/// one position down the kernel's list, so a second read that started where the first ended would miss the
+/// newcomers; more of them than [`LATE_MAX`], so none would be found.
+const LEAVERS: usize = 16;
+static LEAVER_TIDS: [AtomicU64; LEAVERS] = [const { AtomicU64::new(0) }; LEAVERS];
 
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -189,7 +195,7 @@ extern "C" fn hook(event: handler::test_hooks::CrashEvent, tid: u64) {
             if WAIT_FOR_LATE.load(Ordering::Acquire) {
                 let ts = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
                 for _ in 0..2000 {
-                    if LATE_COUNT.load(Ordering::Acquire) > 0 {
+                    if LATE_COUNT.load(Ordering::Acquire) > 0 && LEAVER_TIDS.iter().all(|t| !thread_exists(t)) {
                         break;
                     }
                     // SAFETY: valid timespec; nanosleep is async-signal-safe.
@@ -761,7 +767,36 @@ fn two_signals() {
 /// threads while the crash is handled). Each new thread unblocks its signals; one that starts after the handler's
 /// first stop round records its id and parks (at most [`LATE_MAX`]; then the creator stops); earlier ones exit at
 /// once.
+/// Whether the thread whose id `tid` holds (0: none) still exists (`tgkill` with signal 0: `ESRCH` once it is
+/// gone). Allocates nothing, so the crash hook can call it.
+fn thread_exists(tid: &AtomicU64) -> bool {
+    let t = tid.load(Ordering::Acquire);
+    // SAFETY: plain integer arguments; signal 0 sends nothing, it only checks that the thread exists.
+    t != 0 && unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), t as libc::pid_t, 0) } == 0
+}
+
 fn spawn_thread_creator() {
+    let listed = Arc::new(Barrier::new(LEAVERS + 1));
+    for slot in &LEAVER_TIDS {
+        let l = Arc::clone(&listed);
+        std::thread::Builder::new()
+            .name("leaver".into())
+            .spawn(move || {
+                block_all_signals();
+                slot.store(gettid(), Ordering::Release);
+                l.wait();
+                while !STOPPED.load(Ordering::Acquire) {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                // Ends the thread without its runtime's exit path, which frees memory: a stopped thread may hold
+                // the allocator's lock until the crash is handled, and this thread must be gone before that.
+                // SAFETY: `exit` ends only this thread; nothing on its stack is referenced elsewhere (its stack and
+                // thread record are leaked, in a process about to die).
+                unsafe { libc::syscall(libc::SYS_exit, 0) };
+            })
+            .expect("spawn");
+    }
+    listed.wait();
     let started = Arc::new(Barrier::new(2));
     let s = Arc::clone(&started);
     std::thread::Builder::new()

@@ -690,15 +690,16 @@ fn release_threads(st: &State) {
 struct Owner {
     st: &'static State,
     pid: i32,
-    /// Whether `/proc/self/task` could be read ([`Backend::request_stop`]).
-    enumerated: bool,
+    /// `/proc/self/task`, open from the first listing ([`Backend::request_stop`]) to the second
+    /// ([`Backend::await_stop`]); `None` when it could not be opened.
+    tasks: Option<tasks::TaskDir>,
     /// Threads that did not fit the table.
     overflow: usize,
 }
 
 impl Owner {
     fn new(st: &'static State) -> Self {
-        Owner { st, pid: sys::getpid(), enumerated: false, overflow: 0 }
+        Owner { st, pid: sys::getpid(), tasks: None, overflow: 0 }
     }
 }
 
@@ -735,7 +736,8 @@ impl Backend for Owner {
         let mut overflow = 0usize;
         // SAFETY: owner-only buffer.
         let dirents = unsafe { st.dirents.get() };
-        self.enumerated = tasks::for_each_thread(dirents, &mut |t| {
+        self.tasks = tasks::TaskDir::open().ok();
+        let mut list = |t| {
             if t == own {
                 if !own_added {
                     add_own(table);
@@ -746,8 +748,10 @@ impl Backend for Owner {
             {
                 overflow = overflow.saturating_add(1);
             }
-        })
-        .is_ok();
+        };
+        if let Some(dir) = self.tasks.as_mut() {
+            dir.list(dirents, &mut list);
+        }
         if !own_added {
             add_own(table);
         }
@@ -762,17 +766,24 @@ impl Backend for Owner {
         wait_for_answers(st);
         hooks::call(CrashEvent::ThreadsStopped, own);
         // Threads created after the list was read (by threads not stopped yet, or not stoppable): read it once
-        // more and stop the newcomers. Threads created after this second read are not in the report.
+        // more and stop the newcomers. Threads created after this second read are not in the report. The kernel
+        // appends new threads to the list, so the second read starts where the first ended, moved back by every
+        // listed thread that may have exited since (each exit moves the later ones down a position): the threads
+        // that have not answered and those that did not fit the table. Stopped threads cannot exit.
         let mut overflow = self.overflow;
-        if self.enumerated {
+        let enumerated = self.tasks.is_some();
+        if let Some(mut dir) = self.tasks.take() {
             // SAFETY: owner-only buffer.
             let dirents = unsafe { st.dirents.get() };
             let from = table.len();
-            let _ = tasks::for_each_thread(dirents, &mut |t| {
+            let may_have_exited =
+                table.used().iter().filter(|s| s.state() != CAPTURED).count().saturating_add(overflow);
+            dir.list_again(may_have_exited, dirents, &mut |t| {
                 if t != own && !table.contains(t) && table.add_pending(t).is_none() {
                     overflow = overflow.saturating_add(1);
                 }
             });
+            drop(dir);
             if table.len() > from {
                 stop_pending(st, pid, from);
                 wait_for_answers(st);
@@ -790,7 +801,7 @@ impl Backend for Owner {
             }
             sys::sleep_ns(100_000);
         }
-        if !self.enumerated {
+        if !enumerated {
             NOTE_NO_TASKS
         } else if overflow > 0 {
             NOTE_OVERFLOW

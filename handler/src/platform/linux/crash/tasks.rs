@@ -33,12 +33,69 @@ pub fn parse_dirents(buf: &[u8], f: &mut dyn FnMut(u64)) {
     }
 }
 
-/// Calls `f` with the id of every thread of the calling process. `buf` receives the raw directory entries (16
-/// KiB reads 500+ entries per call). Returns `Err(errno)` when `/proc/self/task` cannot be read.
+/// Directory position of the first thread in `/proc/self/task`: positions 0 and 1 are `.` and `..`, position
+/// `2 + n` is the `n`-th thread of the kernel's thread list, which lists threads in creation order (new threads
+/// are appended). Source: Linux `fs/proc/base.c` (`proc_task_readdir`, `first_tid`) and `kernel/fork.c`
+/// (`copy_process` appends to `signal->thread_head`).
+const FIRST_THREAD_POS: i64 = 2;
+
+/// `/proc/self/task` open for one crash: [`TaskDir::list`] reads it in full; [`TaskDir::list_again`] reads it
+/// once more from a little before where that listing ended, which is where threads created since then are (the
+/// kernel appends them), without the cost of the entries before (procfs builds a dentry for every entry it
+/// returns: about 1 µs each). Closed when dropped. Signal-safe.
+#[derive(Debug)]
+pub struct TaskDir {
+    fd: i32,
+}
+
+impl TaskDir {
+    /// Opens `/proc/self/task`. Out of descriptors (`EMFILE`), a spare reserved at install is freed and the open
+    /// retried ([`crate::crash::writer::open_with_spares`]).
+    ///
+    /// # Errors
+    /// The `errno` of `open`.
+    pub fn open() -> Result<TaskDir, i32> {
+        crate::crash::writer::open_with_spares(open_task_dir).map(|fd| TaskDir { fd })
+    }
+
+    /// Calls `f` with every thread id from the directory's current position to its end (the whole list on a
+    /// fresh [`TaskDir`]). `buf` receives the raw directory entries (16 KiB reads 500+ entries per call).
+    pub fn list(&mut self, buf: &mut [u8], f: &mut dyn FnMut(u64)) {
+        read_entries(self.fd, buf, f);
+    }
+
+    /// Lists again from `back` positions before where the last listing ended: every thread created since then,
+    /// provided at most `back` threads of the earlier listing (or that listing had not reached) have exited
+    /// meanwhile, since each exit moves the later threads one position down. Threads already seen are listed
+    /// again; the caller skips them. When the position cannot be had or set, the whole directory is listed.
+    pub fn list_again(&mut self, back: usize, buf: &mut [u8], f: &mut dyn FnMut(u64)) {
+        // SAFETY: `lseek` on the directory we opened; SEEK_CUR with 0 only reads the position.
+        let end = unsafe { libc::lseek(self.fd, 0, libc::SEEK_CUR) };
+        let back = i64::try_from(back).unwrap_or(i64::MAX);
+        let from = if end < 0 { 0 } else { end.saturating_sub(back).max(FIRST_THREAD_POS) };
+        // SAFETY: as above; a directory position the kernel handed out, or 0 (its start). The seek also drops the
+        // thread id procfs keeps for a listing cut short by a full buffer, so the listing starts at `from`.
+        if unsafe { libc::lseek(self.fd, from, libc::SEEK_SET) } != from {
+            // SAFETY: as above.
+            unsafe { libc::lseek(self.fd, 0, libc::SEEK_SET) };
+        }
+        read_entries(self.fd, buf, f);
+    }
+}
+
+impl Drop for TaskDir {
+    fn drop(&mut self) {
+        // SAFETY: closing the descriptor this value owns (async-signal-safe).
+        unsafe { libc::close(self.fd) };
+    }
+}
+
+/// Calls `f` with the id of every thread of the calling process. `buf` receives the raw directory entries.
+///
+/// # Errors
+/// The `errno` of `open` when `/proc/self/task` cannot be read.
 pub fn for_each_thread(buf: &mut [u8], f: &mut dyn FnMut(u64)) -> Result<(), i32> {
-    // Out of descriptors (EMFILE), a spare reserved at install is freed and the open retried.
-    let fd = crate::crash::writer::open_with_spares(open_task_dir)?;
-    list_task_dir(fd, buf, f);
+    TaskDir::open()?.list(buf, f);
     Ok(())
 }
 
@@ -52,7 +109,7 @@ pub fn for_each_thread_no_spares(buf: &mut [u8], f: &mut dyn FnMut(u64)) -> Resu
     if fd < 0 {
         return Err(crate::crash::writer::errno());
     }
-    list_task_dir(fd, buf, f);
+    TaskDir { fd }.list(buf, f);
     Ok(())
 }
 
@@ -62,19 +119,17 @@ fn open_task_dir() -> i32 {
     unsafe { libc::open(c"/proc/self/task".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) }
 }
 
-/// Reads the directory `fd` (`/proc/self/task`) into `buf` and calls `f` per thread, then closes `fd`.
-fn list_task_dir(fd: i32, buf: &mut [u8], f: &mut dyn FnMut(u64)) {
+/// Reads the directory `fd` (`/proc/self/task`) from its position to its end into `buf` and calls `f` per thread.
+fn read_entries(fd: i32, buf: &mut [u8], f: &mut dyn FnMut(u64)) {
     // Bounded: a directory of at most a few thousand entries ends in a few calls; the cap guards a broken procfs.
     for _ in 0..4096 {
-        // SAFETY: `buf` is valid for writes of its length; `fd` is the directory we opened.
+        // SAFETY: `buf` is valid for writes of its length; `fd` is an open directory.
         let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
         if n <= 0 {
             break;
         }
         parse_dirents(buf.get(..n as usize).unwrap_or(&[]), f);
     }
-    // SAFETY: closing the descriptor the caller opened and handed over.
-    unsafe { libc::close(fd) };
 }
 
 /// Bytes of `/proc/self/task/<tid>/status` read: `SigBlk:` is about 1 KiB into the file (line 35 of about 55
@@ -258,6 +313,39 @@ mod tests {
         done_tx.send(()).expect("send");
         h.join().expect("join");
         assert_eq!(blocks_signal(u64::from(u32::MAX), libc::SIGUSR2), None, "no such thread");
+    }
+
+    #[test]
+    fn the_second_listing_starts_near_the_end_of_the_first() {
+        // 40 parked threads, listed; then one more thread, and the directory listed again from 8 positions back.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let park = |tx: std::sync::mpsc::Sender<u64>, stop: std::sync::Arc<std::sync::atomic::AtomicBool>| {
+            std::thread::spawn(move || {
+                tx.send(super::super::sys::gettid()).expect("send");
+                while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                    std::thread::park_timeout(std::time::Duration::from_millis(5));
+                }
+            })
+        };
+        let mut parked: Vec<_> = (0..40).map(|_| park(tx.clone(), stop.clone())).collect();
+        let old: Vec<u64> = (0..40).map(|_| rx.recv().expect("tid")).collect();
+        let mut buf = vec![0u8; 16 * 1024];
+        let mut dir = TaskDir::open().expect("readable");
+        let mut first = Vec::new();
+        dir.list(&mut buf, &mut |t| first.push(t));
+        assert!(old.iter().all(|t| first.contains(t)), "every parked thread is in the first listing");
+        parked.push(park(tx.clone(), stop.clone()));
+        let newcomer = rx.recv().expect("tid");
+        let mut again = Vec::new();
+        dir.list_again(8, &mut buf, &mut |t| again.push(t));
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        for h in parked {
+            h.join().expect("join");
+        }
+        assert!(again.contains(&newcomer), "the thread created after the first listing: {again:?}");
+        // Other tests start and end threads meanwhile; still, the second listing is the tail, not all 40+.
+        assert!(again.len() < 24, "the second listing read from the start: {} entries", again.len());
     }
 
     #[test]
