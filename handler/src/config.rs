@@ -33,6 +33,14 @@ pub struct Config {
     /// for every thread created after install (the `pthread_create` wrapper, `platform::linux::threads`; mapped
     /// with `MAP_NORESERVE`, so only touched pages cost memory). At least [`MIN_ALT_STACK`].
     pub alt_stack_size: usize,
+    /// Bytes at the top of each of those alternate stacks (Linux) written once when it is installed (at install
+    /// for the installing thread, at thread start for the others), so that the pages a stop signal's frame and
+    /// the stop handler use are in memory before a crash. Rounded up to whole pages, at most `alt_stack_size`.
+    /// Default 8 KiB: the signal frame takes `AT_MINSIGSTKSZ` bytes (3,376 with AVX-512 on the development
+    /// machine; `getauxval(3)`), and the stop handler's own frame follows below it. 0: none; then every thread
+    /// takes those page faults when a crash stops it (about 4-5 µs of CPU per thread here, about a quarter of
+    /// the stop round at 256 threads: BENCHMARKS.md), and each thread keeps 8 KiB less resident.
+    pub alt_stack_prefault_bytes: usize,
     /// Size in bytes of the stack the crash owner switches to for the heavy work (walk, encode, write).
     pub crash_stack_size: usize,
     /// How long the crash owner waits for all threads to answer the stop signal, in milliseconds.
@@ -67,8 +75,8 @@ pub struct Config {
 }
 
 impl Config {
-    /// Defaults: 512 threads, 512 frames, 1024 images with 128 KiB of paths, 128 KiB alternate stack, 256 KiB
-    /// crash stack, 1 s stop timeout, 10 s release timeout, a 64 KiB reserved report file, 1 walker for stacks on demand.
+    /// Defaults: 512 threads, 512 frames, 1024 images with 128 KiB of paths, 128 KiB alternate stack (its top 8
+    /// KiB written at once), 256 KiB crash stack, 1 s stop timeout, 10 s release timeout, a 64 KiB reserved report file, 1 walker for stacks on demand.
     pub fn new(report_dir: impl Into<PathBuf>) -> Self {
         Config {
             report_dir: report_dir.into(),
@@ -80,6 +88,7 @@ impl Config {
             max_images: 1024,
             image_path_bytes: 128 * 1024,
             alt_stack_size: MIN_ALT_STACK,
+            alt_stack_prefault_bytes: 8 * 1024,
             crash_stack_size: 256 * 1024,
             stop_timeout_ms: 1000,
             release_timeout_ms: 10_000,

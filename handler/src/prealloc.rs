@@ -408,6 +408,29 @@ pub(crate) fn map_stack(size: usize) -> Result<(usize, usize), InstallError> {
     Ok((p as usize + page, size))
 }
 
+/// Writes one zero byte into each of the top pages of the stack `[base, base + size)` that hold `bytes` (rounded
+/// up to whole pages; all of it when `bytes >= size`), so that they are in memory before a signal frame needs
+/// them (see `Config::alt_stack_prefault_bytes`). For a stack [`map_stack`] just mapped, which nothing uses yet.
+///
+/// # Safety
+/// `[base, base + size)` is a writable mapping of the caller's that holds nothing yet (no live frame, no data).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[allow(unsafe_code)]
+pub(crate) unsafe fn prefault_top(base: usize, size: usize, bytes: usize) {
+    let page = page_size();
+    let pages = bytes.min(size).div_ceil(page);
+    let Some(top) = base.checked_add(size) else { return };
+    for i in 1..=pages {
+        let Some(at) = i.checked_mul(page).and_then(|o| top.checked_sub(o)) else { return };
+        if at < base {
+            return;
+        }
+        // SAFETY: `at` is inside `[base, base + size)`, which the caller owns writable and unused; a volatile
+        // write, so the page is really allocated (a read would map the shared zero page).
+        unsafe { core::ptr::write_volatile(at as *mut u8, 0) };
+    }
+}
+
 /// Bytes of the writer's section scratch buffer (one section's payload; 64 KiB is ample for a thread of
 /// `Config::max_frames` frames with its registers).
 pub(crate) const SCRATCH_BYTES: usize = 64 * 1024;

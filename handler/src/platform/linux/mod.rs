@@ -73,9 +73,11 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     // again once a handler can see it.
     let state: &'static State = Box::leak(Box::new(build_state(config, dir_fd, stop_signal).map_err(close_dir)?));
     let (alt_base, alt_size) = prealloc::map_stack(config.alt_stack_size).map_err(close_dir)?;
-    // Every thread created from now on gets its own alternate stack (stack overflows on it are reported) and its
-    // stack bounds recorded; see `threads`.
-    threads::enable(config.alt_stack_size).map_err(close_dir)?;
+    // SAFETY: the stack was just mapped and is not installed yet.
+    unsafe { prealloc::prefault_top(alt_base, alt_size, config.alt_stack_prefault_bytes) };
+    // Every thread created from now on gets its own alternate stack (stack overflows on it are reported), its top
+    // pages in memory, and its stack bounds recorded; see `threads`.
+    threads::enable(config.alt_stack_size, config.alt_stack_prefault_bytes).map_err(close_dir)?;
     // Stacks on demand (`crate::stacks`): walkers and the capture signal's handler.
     let on_demand = ondemand::install(config, &state.core, &state.images, capture_signal).map_err(close_dir)?;
 
