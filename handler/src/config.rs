@@ -38,8 +38,9 @@ pub struct Config {
     /// the stop handler use are in memory before a crash. Rounded up to whole pages, at most `alt_stack_size`.
     /// Default 8 KiB: the signal frame takes `AT_MINSIGSTKSZ` bytes (3,376 with AVX-512 on the development
     /// machine; `getauxval(3)`), and the stop handler's own frame follows below it. 0: none; then every thread
-    /// takes those page faults when a crash stops it (about 4-5 µs of CPU per thread here, about a quarter of
-    /// the stop round at 256 threads: BENCHMARKS.md), and each thread keeps 8 KiB less resident.
+    /// takes those page faults when a crash stops it (about 5 µs of CPU per thread here, about a quarter of the
+    /// stop round at 256 threads: BENCHMARKS.md, "the stop round without page faults"), and each new stack keeps
+    /// 8 KiB less resident.
     pub alt_stack_prefault_bytes: usize,
     /// Size in bytes of the stack the crash owner switches to for the heavy work (walk, encode, write).
     pub crash_stack_size: usize,
@@ -76,7 +77,8 @@ pub struct Config {
 
 impl Config {
     /// Defaults: 512 threads, 512 frames, 1024 images with 128 KiB of paths, 128 KiB alternate stack (its top 8
-    /// KiB written at once), 256 KiB crash stack, 1 s stop timeout, 10 s release timeout, a 64 KiB reserved report file, 1 walker for stacks on demand.
+    /// KiB written at once), 256 KiB crash stack, 1 s stop timeout, 10 s release timeout, a 64 KiB reserved report
+    /// file, 1 walker for stacks on demand.
     pub fn new(report_dir: impl Into<PathBuf>) -> Self {
         Config {
             report_dir: report_dir.into(),

@@ -203,11 +203,11 @@ fn concat(out: &mut [u8; 64], parts: &[&[u8]]) {
     }
 }
 
-/// How many spare descriptors install reserves for the crash path: one for `/proc/self/task` (Linux) and one for
-/// the report file, which are open at the same time (the task directory stays open through the stop round), plus
-/// one for another thread that takes a freed slot between our `close` and our `open` (threads still run while the
-/// threads are being stopped).
-pub const SPARE_FDS: usize = 3;
+/// How many spare descriptors install reserves for the crash path: on Linux `/proc/self/task`, the report file and
+/// one `/proc/self/task/<tid>/status` at a time are open together (the task directory stays open through the stop
+/// round), plus one for another thread that takes a freed slot between our `close` and our `open` (threads still
+/// run while they are being stopped).
+pub const SPARE_FDS: usize = 4;
 
 /// Descriptors reserved at install (`/dev/null` opened read-only, close-on-exec); -1: none. The crash path closes
 /// one when an `open` fails with `EMFILE` / `ENFILE` and tries again, so a process that ran out of descriptors

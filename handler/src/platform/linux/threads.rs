@@ -26,8 +26,11 @@
 //! **The pool.** Writing a new stack's top pages costs two page faults at thread start and, more, the `munmap` of
 //! populated pages at thread exit: spawning and joining a thread took about 25 µs more with them than without
 //! (256 threads, release build, this development machine). Kept in the pool, an exited thread's stack serves the
-//! next thread with no `mmap`, `mprotect`, page fault or `munmap`; at most [`POOL_SLOTS`] stacks are kept (their
-//! touched pages stay resident: 8 KiB each by default).
+//! next thread with no `mmap`, `mprotect`, page fault or `munmap`. At most [`POOL_SLOTS`] stacks are kept, each
+//! with the pages that were ever touched on it still resident: the prefault (8 KiB by default) and whatever signal
+//! handlers used, up to `alt_stack_size`. After `uninstall` the pool is emptied and exiting threads unmap theirs.
+//! An application that installs our stack again after its thread's exit destructor ran (a saved `stack_t`
+//! restored late) would now share it with another thread instead of faulting on an unmapped stack.
 //!
 //! **Interaction with code that sets its own alternate stack.** A thread that already has one when the trampoline
 //! runs keeps it (we add none). A start routine that installs its own later replaces ours: the kernel then uses
@@ -132,6 +135,20 @@ impl Default for StackPool {
     }
 }
 
+impl StackPool {
+    /// Unmaps every kept mapping.
+    pub fn drain(&self) {
+        let page = crate::prealloc::page_size();
+        for s in &self.slots {
+            let e = s.swap(0, Ordering::AcqRel);
+            if e != 0 {
+                // SAFETY: a mapping handed to the pool by `put`, now ours alone (taken out of its slot).
+                unsafe { libc::munmap((e & !(page - 1)) as *mut c_void, (e & (page - 1)).saturating_mul(page)) };
+            }
+        }
+    }
+}
+
 /// The alternate stacks of exited wrapped threads.
 static POOL: StackPool = StackPool::new();
 
@@ -200,10 +217,11 @@ pub fn enable(alt_stack_size: usize, prefault_bytes: usize) -> Result<(), Instal
     Ok(())
 }
 
-/// Uninstall time: new threads are no longer given an alternate stack. Threads that have one keep it until they
-/// exit; recorded bounds stay until then.
+/// Uninstall time: new threads are no longer given an alternate stack, and the pool's stacks are unmapped.
+/// Threads that have one keep it until they exit (then it is unmapped); recorded bounds stay until then.
 pub fn disable() {
     ALT_STACK_SIZE.store(0, Ordering::Release);
+    POOL.drain();
 }
 
 /// Records the calling thread's stack `[lo, hi)`. Returns whether it was recorded.
@@ -312,7 +330,7 @@ fn alt_stack(size: usize, prefault: usize) -> Option<(usize, usize, usize)> {
 /// # Safety
 /// `[map, map + len)` is a mapping from [`alt_stack`] that no thread has installed as its alternate stack.
 unsafe fn release_alt_stack(map: usize, len: usize) {
-    if !POOL.put(map, len) {
+    if ALT_STACK_SIZE.load(Ordering::Acquire) == 0 || !POOL.put(map, len) {
         // SAFETY: the caller's mapping, in use by nobody.
         unsafe { libc::munmap(map as *mut c_void, len) };
     }
@@ -528,6 +546,8 @@ mod tests {
             (base - page, usable + page)
         };
         let (a, len) = map(16 * 1024);
+        assert!(!pool.put(a + 1, len), "not page-aligned");
+        assert!(!pool.put(a, len + 1), "not whole pages");
         assert!(pool.put(a, len));
         assert_eq!(pool.take(len + page), None, "another length is not handed out");
         assert_eq!(resident(a + page), None, "and was unmapped when met");
@@ -540,13 +560,16 @@ mod tests {
             assert!(pool.put(m, len));
         }
         assert!(!pool.put(b, len), "full");
-        assert!(!pool.put(b + 1, len), "not page-aligned");
         let mut back: Vec<usize> = (0..POOL_SLOTS).map(|_| pool.take(len).expect("kept")).collect();
         back.sort_unstable();
         let mut want = kept.clone();
         want.sort_unstable();
         assert_eq!(back, want);
-        for m in kept.into_iter().chain([b]) {
+        assert!(pool.put(b, len));
+        pool.drain();
+        assert_eq!(pool.take(len), None, "drained");
+        assert_eq!(resident(b + page), None, "and unmapped");
+        for m in kept {
             // SAFETY: the test's own mappings, in use by nobody.
             unsafe { libc::munmap(m as *mut c_void, len) };
         }

@@ -763,10 +763,6 @@ fn two_signals() {
     let _ = segv.join();
 }
 
-/// A thread that keeps creating threads, with every signal blocked (so it is not stopped and goes on creating
-/// threads while the crash is handled). Each new thread unblocks its signals; one that starts after the handler's
-/// first stop round records its id and parks (at most [`LATE_MAX`]; then the creator stops); earlier ones exit at
-/// once.
 /// Whether the thread whose id `tid` holds (0: none) still exists (`tgkill` with signal 0: `ESRCH` once it is
 /// gone). Allocates nothing, so the crash hook can call it.
 fn thread_exists(tid: &AtomicU64) -> bool {
@@ -775,6 +771,10 @@ fn thread_exists(tid: &AtomicU64) -> bool {
     t != 0 && unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), t as libc::pid_t, 0) } == 0
 }
 
+/// [`LEAVERS`] threads that block every signal and exit after the handler's first stop round, then a thread that
+/// keeps creating threads, with every signal blocked (so it is not stopped and goes on creating threads while the
+/// crash is handled). Each new thread unblocks its signals; one that starts after the handler's first stop round
+/// records its id and parks (at most [`LATE_MAX`]; then the creator stops); earlier ones exit at once.
 fn spawn_thread_creator() {
     let listed = Arc::new(Barrier::new(LEAVERS + 1));
     for slot in &LEAVER_TIDS {

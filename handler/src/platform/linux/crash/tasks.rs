@@ -46,6 +46,8 @@ const FIRST_THREAD_POS: i64 = 2;
 #[derive(Debug)]
 pub struct TaskDir {
     fd: i32,
+    /// `getdents64` calls of the last listing that returned entries.
+    reads: u32,
 }
 
 impl TaskDir {
@@ -55,31 +57,35 @@ impl TaskDir {
     /// # Errors
     /// The `errno` of `open`.
     pub fn open() -> Result<TaskDir, i32> {
-        crate::crash::writer::open_with_spares(open_task_dir).map(|fd| TaskDir { fd })
+        crate::crash::writer::open_with_spares(open_task_dir).map(|fd| TaskDir { fd, reads: 0 })
     }
 
     /// Calls `f` with every thread id from the directory's current position to its end (the whole list on a
     /// fresh [`TaskDir`]). `buf` receives the raw directory entries (16 KiB reads 500+ entries per call).
     pub fn list(&mut self, buf: &mut [u8], f: &mut dyn FnMut(u64)) {
-        read_entries(self.fd, buf, f);
+        self.reads = read_entries(self.fd, buf, f);
     }
 
     /// Lists again from `back` positions before where the last listing ended: every thread created since then,
-    /// provided at most `back` threads of the earlier listing (or that listing had not reached) have exited
-    /// meanwhile, since each exit moves the later threads one position down. Threads already seen are listed
-    /// again; the caller skips them. When the position cannot be had or set, the whole directory is listed.
+    /// provided at most `back` threads of the earlier listing have exited meanwhile, since each exit moves the
+    /// later threads one position down. Threads already seen are listed again; the caller skips them.
+    ///
+    /// The whole directory is listed instead when the last listing took more than one `getdents64` call that
+    /// returned entries (a full buffer, or a call cut short because the thread it stood on exited: procfs then
+    /// resumes by position, and exits behind it make it skip live threads, which only a full listing finds
+    /// again), or when the position cannot be had or set.
     pub fn list_again(&mut self, back: usize, buf: &mut [u8], f: &mut dyn FnMut(u64)) {
         // SAFETY: `lseek` on the directory we opened; SEEK_CUR with 0 only reads the position.
         let end = unsafe { libc::lseek(self.fd, 0, libc::SEEK_CUR) };
         let back = i64::try_from(back).unwrap_or(i64::MAX);
-        let from = if end < 0 { 0 } else { end.saturating_sub(back).max(FIRST_THREAD_POS) };
-        // SAFETY: as above; a directory position the kernel handed out, or 0 (its start). The seek also drops the
-        // thread id procfs keeps for a listing cut short by a full buffer, so the listing starts at `from`.
+        let from = if end < 0 || self.reads > 1 { 0 } else { end.saturating_sub(back).max(FIRST_THREAD_POS) };
+        // SAFETY: as above; `from` is 0 (the start) or a thread position at most the end of the last listing. A
+        // seek that moves also drops the thread id procfs keeps to resume a listing cut short by a full buffer.
         if unsafe { libc::lseek(self.fd, from, libc::SEEK_SET) } != from {
             // SAFETY: as above.
             unsafe { libc::lseek(self.fd, 0, libc::SEEK_SET) };
         }
-        read_entries(self.fd, buf, f);
+        self.reads = read_entries(self.fd, buf, f);
     }
 }
 
@@ -109,7 +115,7 @@ pub fn for_each_thread_no_spares(buf: &mut [u8], f: &mut dyn FnMut(u64)) -> Resu
     if fd < 0 {
         return Err(crate::crash::writer::errno());
     }
-    TaskDir { fd }.list(buf, f);
+    TaskDir { fd, reads: 0 }.list(buf, f);
     Ok(())
 }
 
@@ -119,8 +125,10 @@ fn open_task_dir() -> i32 {
     unsafe { libc::open(c"/proc/self/task".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) }
 }
 
-/// Reads the directory `fd` (`/proc/self/task`) from its position to its end into `buf` and calls `f` per thread.
-fn read_entries(fd: i32, buf: &mut [u8], f: &mut dyn FnMut(u64)) {
+/// Reads the directory `fd` (`/proc/self/task`) from its position to its end into `buf` and calls `f` per thread;
+/// returns how many `getdents64` calls returned entries.
+fn read_entries(fd: i32, buf: &mut [u8], f: &mut dyn FnMut(u64)) -> u32 {
+    let mut reads = 0u32;
     // Bounded: a directory of at most a few thousand entries ends in a few calls; the cap guards a broken procfs.
     for _ in 0..4096 {
         // SAFETY: `buf` is valid for writes of its length; `fd` is an open directory.
@@ -128,8 +136,10 @@ fn read_entries(fd: i32, buf: &mut [u8], f: &mut dyn FnMut(u64)) {
         if n <= 0 {
             break;
         }
+        reads = reads.saturating_add(1);
         parse_dirents(buf.get(..n as usize).unwrap_or(&[]), f);
     }
+    reads
 }
 
 /// Bytes of `/proc/self/task/<tid>/status` read: `SigBlk:` is about 1 KiB into the file (line 35 of about 55
@@ -217,11 +227,12 @@ fn read_status(tid: u64, buf: &mut [u8; STATUS_BYTES]) -> Result<usize, i32> {
     for (i, b) in PREFIX.iter().chain(digits.iter().rev()).chain(SUFFIX.iter()).enumerate() {
         *path.get_mut(i).ok_or(libc::EINVAL)? = *b;
     }
-    // SAFETY: `path` is NUL-terminated (SUFFIX ends with NUL and fit in the buffer).
-    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(crate::crash::writer::errno());
-    }
+    // Out of descriptors, a spare reserved at install is freed and the open retried: the task directory and the
+    // report file are open meanwhile.
+    let fd = crate::crash::writer::open_with_spares(|| {
+        // SAFETY: `path` is NUL-terminated (SUFFIX ends with NUL and fit in the buffer).
+        unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) }
+    })?;
     let mut got = 0usize;
     // Bounded: procfs fills a read in one call; a few more guard short reads.
     for _ in 0..8 {
@@ -317,7 +328,7 @@ mod tests {
 
     #[test]
     fn the_second_listing_starts_near_the_end_of_the_first() {
-        // 40 parked threads, listed; then one more thread, and the directory listed again from 8 positions back.
+        // 80 parked threads, listed; then one more thread, and the directory listed again from 64 positions back.
         let (tx, rx) = std::sync::mpsc::channel();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let park = |tx: std::sync::mpsc::Sender<u64>, stop: std::sync::Arc<std::sync::atomic::AtomicBool>| {
@@ -328,8 +339,8 @@ mod tests {
                 }
             })
         };
-        let mut parked: Vec<_> = (0..40).map(|_| park(tx.clone(), stop.clone())).collect();
-        let old: Vec<u64> = (0..40).map(|_| rx.recv().expect("tid")).collect();
+        let mut parked: Vec<_> = (0..80).map(|_| park(tx.clone(), stop.clone())).collect();
+        let old: Vec<u64> = (0..80).map(|_| rx.recv().expect("tid")).collect();
         let mut buf = vec![0u8; 16 * 1024];
         let mut dir = TaskDir::open().expect("readable");
         let mut first = Vec::new();
@@ -338,14 +349,15 @@ mod tests {
         parked.push(park(tx.clone(), stop.clone()));
         let newcomer = rx.recv().expect("tid");
         let mut again = Vec::new();
-        dir.list_again(8, &mut buf, &mut |t| again.push(t));
+        dir.list_again(64, &mut buf, &mut |t| again.push(t));
         stop.store(true, std::sync::atomic::Ordering::Release);
         for h in parked {
             h.join().expect("join");
         }
         assert!(again.contains(&newcomer), "the thread created after the first listing: {again:?}");
-        // Other tests start and end threads meanwhile; still, the second listing is the tail, not all 40+.
-        assert!(again.len() < 24, "the second listing read from the start: {} entries", again.len());
+        // The first parked thread is at least 80 positions before the end of the first listing (exits of other
+        // tests' threads only move it further down), so a second listing that starts 64 back cannot list it.
+        assert!(!again.contains(&old[0]), "the second listing read from the start: {} entries", again.len());
     }
 
     #[test]
