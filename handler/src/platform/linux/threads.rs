@@ -280,6 +280,23 @@ pub(crate) fn main_thread_bounds(sp: u64) -> Option<(u64, u64)> {
         }
         true
     };
+    let hi = base.checked_add(first_unmapped_page(mapped)?.checked_mul(page)?)?;
+    // SAFETY: valid out-pointer.
+    let mut rl: libc::rlimit = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    let limit = if unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut rl) } == 0 && rl.rlim_cur != libc::RLIM_INFINITY {
+        (rl.rlim_cur as u64) & !(page - 1)
+    } else {
+        u64::MAX
+    };
+    Some((hi.saturating_sub(limit), hi))
+}
+
+/// The first unmapped page above page 0, given `mapped(from, to)`: whether every page from `from` to `to` (both
+/// included) is mapped. A doubling search, then a binary search, each step asking only about the pages between the
+/// highest page known to be mapped and its probe, so every page below the answer was asked about. `None` when page
+/// 0 is not mapped or the search overflows. Pure.
+fn first_unmapped_page(mapped: impl Fn(u64, u64) -> bool) -> Option<u64> {
     if !mapped(0, 0) {
         return None;
     }
@@ -298,16 +315,7 @@ pub(crate) fn main_thread_bounds(sp: u64) -> Option<(u64, u64)> {
             bound = mid;
         }
     }
-    let hi = base.checked_add(bound.checked_mul(page)?)?;
-    // SAFETY: valid out-pointer.
-    let mut rl: libc::rlimit = unsafe { core::mem::zeroed() };
-    // SAFETY: as above.
-    let limit = if unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut rl) } == 0 && rl.rlim_cur != libc::RLIM_INFINITY {
-        (rl.rlim_cur as u64) & !(page - 1)
-    } else {
-        u64::MAX
-    };
-    Some((hi.saturating_sub(limit), hi))
+    Some(bound)
 }
 
 /// An alternate stack of `size` bytes (rounded up to pages) with a guard page below: one from [`POOL`], or a new
@@ -470,15 +478,47 @@ mod tests {
         runs
     }
 
+    /// The search finds the first unmapped page for every layout of 12 pages (each mapped or not, none mapped
+    /// beyond), holes followed by more mapped pages included, and asks about every page below its answer.
+    #[test]
+    fn the_search_stops_at_the_first_hole() {
+        for layout in 0u32..(1 << 12) {
+            let is_mapped = |p: u64| p < 12 && layout & (1 << p) != 0;
+            let asked = std::cell::RefCell::new(Vec::new());
+            let got = first_unmapped_page(|from, to| {
+                asked.borrow_mut().push((from, to));
+                (from..=to).all(is_mapped)
+            });
+            let want = (0..).find(|&p| !is_mapped(p)).filter(|&p| p > 0);
+            assert_eq!(got, want, "layout {layout:012b}");
+            if let Some(first) = got {
+                let seen = |p: u64| asked.borrow().iter().any(|&(a, b)| a <= p && p <= b);
+                assert!((0..first).all(seen), "layout {layout:012b}: every page below {first} was asked about");
+            }
+        }
+    }
+
     /// `main_thread_bounds` finds the end of the mapped range holding `sp` exactly (checked against
-    /// `/proc/self/maps`, for this thread's stack), and `lo` is that end minus `RLIMIT_STACK`.
+    /// `/proc/self/maps`, for this thread's stack), and `lo` is that end minus `RLIMIT_STACK`. Other tests map and
+    /// unmap memory next to this thread's stack meanwhile, so a result counts only when the maps read before and
+    /// after it agree on that range.
     #[test]
     fn the_stack_top_is_found_without_reading_the_maps() {
         let local = 0u8;
         let sp = core::ptr::addr_of!(local) as u64;
-        let (lo, hi) = main_thread_bounds(sp).expect("bounds");
-        let run = mapped_runs().into_iter().find(|&(a, b)| a <= sp && sp < b).expect("sp is mapped");
-        assert_eq!(hi, run.1, "top of the mapped range holding {sp:#x}: {run:x?}");
+        let run_of = |runs: Vec<(u64, u64)>| runs.into_iter().find(|&(a, b)| a <= sp && sp < b).expect("sp is mapped");
+        let mut tries = Vec::new();
+        let (lo, hi) = loop {
+            let before = run_of(mapped_runs());
+            let (lo, hi) = main_thread_bounds(sp).expect("bounds");
+            let after = run_of(mapped_runs());
+            if before == after {
+                assert_eq!(hi, after.1, "top of the mapped range holding {sp:#x}: {after:x?}");
+                break (lo, hi);
+            }
+            tries.push((before, after));
+            assert!(tries.len() < 50, "the maps around this stack never held still: {tries:x?}");
+        };
         // SAFETY: valid out-pointer.
         let mut rl: libc::rlimit = unsafe { core::mem::zeroed() };
         // SAFETY: as above.
