@@ -28,7 +28,9 @@
 //! (256 threads, release build, this development machine). Kept in the pool, an exited thread's stack serves the
 //! next thread with no `mmap`, `mprotect`, page fault or `munmap`. At most [`POOL_SLOTS`] stacks are kept, each
 //! with the pages that were ever touched on it still resident: the prefault (8 KiB by default) and whatever signal
-//! handlers used, up to `alt_stack_size`. After `uninstall` the pool is emptied and exiting threads unmap theirs.
+//! handlers used, up to `alt_stack_size` (32 x 128 KiB = 4 MiB at most at the defaults, 256 KiB when only the
+//! prefault was touched). `uninstall` empties the pool and exiting threads then unmap theirs (a thread exiting
+//! at that very moment may still leave its stack in the pool, where the next install's threads find it).
 //! An application that installs our stack again after its thread's exit destructor ran (a saved `stack_t`
 //! restored late) would now share it with another thread instead of faulting on an unmapped stack.
 //!

@@ -769,15 +769,22 @@ impl Backend for Owner {
         // more and stop the newcomers. Threads created after this second read are not in the report. The kernel
         // appends new threads to the list, so the second read starts where the first ended, moved back by every
         // listed thread that may have exited since (each exit moves the later ones down a position): the threads
-        // that have not answered and those that did not fit the table. Stopped threads cannot exit.
+        // that have not answered and those that did not fit the table (stopped threads cannot exit), plus one for
+        // a thread the first listing counted without listing it (procfs skips, but counts, a thread that exits
+        // while the listing stands on it; that can happen once in a listing of one call).
         let mut overflow = self.overflow;
         let enumerated = self.tasks.is_some();
         if let Some(mut dir) = self.tasks.take() {
             // SAFETY: owner-only buffer.
             let dirents = unsafe { st.dirents.get() };
             let from = table.len();
-            let may_have_exited =
-                table.used().iter().filter(|s| s.state() != CAPTURED).count().saturating_add(overflow);
+            let may_have_exited = table
+                .used()
+                .iter()
+                .filter(|s| s.state() != CAPTURED)
+                .count()
+                .saturating_add(overflow)
+                .saturating_add(1);
             dir.list_again(may_have_exited, dirents, &mut |t| {
                 if t != own && !table.contains(t) && table.add_pending(t).is_none() {
                     overflow = overflow.saturating_add(1);

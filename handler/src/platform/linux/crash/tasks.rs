@@ -184,29 +184,41 @@ fn mask_has(status: &[u8], key: &[u8], sig: i32) -> Option<bool> {
 }
 
 /// Whether thread `tid` of this process blocks signal `sig`, from `/proc/self/task/<tid>/status`; `None` when it
-/// cannot be told (the thread is gone, `/proc` is not mounted, no descriptor is free). Async-signal-safe: raw
-/// `open`/`read`/`close` into a 2 KiB stack buffer, no formatting.
+/// cannot be told (the thread is gone, `/proc` is not mounted, no descriptor is free even after a spare was
+/// freed). Crash path only: out of descriptors it frees a spare reserved at install
+/// ([`crate::crash::writer::open_with_spares`]), since the task directory and the report file are open meanwhile.
+/// Async-signal-safe: raw `open`/`read`/`close` into a 2 KiB stack buffer, no formatting.
 pub fn blocks_signal(tid: u64, sig: i32) -> Option<bool> {
     let mut buf = [0u8; STATUS_BYTES];
-    let got = read_status(tid, &mut buf).ok()?;
+    let got = read_status(tid, &mut buf, Spares::Use).ok()?;
     sigblk_has(buf.get(..got)?, sig)
 }
 
 /// Whether signal `sig` is pending for thread `tid` of this process (sent to it and not yet taken: it blocks the
 /// signal, or has not run since), from `SigPnd:` of `/proc/self/task/<tid>/status`. `Some(false)` when the thread
 /// does not exist (`ENOENT`: nothing is pending for a thread that exited, its queue went with it); `None` when it
-/// cannot be told (`/proc` is not mounted, no descriptor is free). Async-signal-safe, as [`blocks_signal`].
+/// cannot be told (`/proc` is not mounted, no descriptor is free). It leaves the crash path's spare descriptors
+/// alone (stacks on demand use it). Async-signal-safe, as [`blocks_signal`].
 pub fn signal_pending(tid: u64, sig: i32) -> Option<bool> {
     let mut buf = [0u8; STATUS_BYTES];
-    match read_status(tid, &mut buf) {
+    match read_status(tid, &mut buf, Spares::Leave) {
         Ok(got) => sigpnd_has(buf.get(..got)?, sig),
         Err(libc::ENOENT | libc::ESRCH) => Some(false),
         Err(_) => None,
     }
 }
 
+/// Whether an `open` that fails for lack of descriptors may free one of the crash path's spares.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Spares {
+    /// The crash path: free a spare and retry.
+    Use,
+    /// Anything else: fail with `EMFILE`.
+    Leave,
+}
+
 /// Reads the start of `/proc/self/task/<tid>/status` into `buf`; how many bytes, or the `errno` of `open`.
-fn read_status(tid: u64, buf: &mut [u8; STATUS_BYTES]) -> Result<usize, i32> {
+fn read_status(tid: u64, buf: &mut [u8; STATUS_BYTES], spares: Spares) -> Result<usize, i32> {
     const PREFIX: &[u8] = b"/proc/self/task/";
     const SUFFIX: &[u8] = b"/status\0";
     let mut path = [0u8; 64];
@@ -227,12 +239,17 @@ fn read_status(tid: u64, buf: &mut [u8; STATUS_BYTES]) -> Result<usize, i32> {
     for (i, b) in PREFIX.iter().chain(digits.iter().rev()).chain(SUFFIX.iter()).enumerate() {
         *path.get_mut(i).ok_or(libc::EINVAL)? = *b;
     }
-    // Out of descriptors, a spare reserved at install is freed and the open retried: the task directory and the
-    // report file are open meanwhile.
-    let fd = crate::crash::writer::open_with_spares(|| {
+    let open = || {
         // SAFETY: `path` is NUL-terminated (SUFFIX ends with NUL and fit in the buffer).
         unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) }
-    })?;
+    };
+    let fd = match spares {
+        Spares::Use => crate::crash::writer::open_with_spares(open)?,
+        Spares::Leave => match open() {
+            fd if fd >= 0 => fd,
+            _ => return Err(crate::crash::writer::errno()),
+        },
+    };
     let mut got = 0usize;
     // Bounded: procfs fills a read in one call; a few more guard short reads.
     for _ in 0..8 {
@@ -355,9 +372,18 @@ mod tests {
             h.join().expect("join");
         }
         assert!(again.contains(&newcomer), "the thread created after the first listing: {again:?}");
-        // The first parked thread is at least 80 positions before the end of the first listing (exits of other
-        // tests' threads only move it further down), so a second listing that starts 64 back cannot list it.
-        assert!(!again.contains(&old[0]), "the second listing read from the start: {} entries", again.len());
+        // The parked thread listed first is at least 80 positions before the end of the first listing (exits of
+        // other tests' threads only move it further down), so a second listing that starts 64 back cannot list it.
+        let earliest = first.iter().find(|t| old.contains(t)).expect("a parked thread");
+        assert!(!again.contains(earliest), "the second listing read from the start: {} entries", again.len());
+        // A first listing that took more than one `getdents64` call is followed by a whole one.
+        let mut small = [0u8; 128];
+        let mut dir = TaskDir::open().expect("readable");
+        let mut cut = Vec::new();
+        dir.list(&mut small, &mut |t| cut.push(t));
+        let mut whole = Vec::new();
+        dir.list_again(0, &mut small, &mut |t| whole.push(t));
+        assert!(whole.contains(&cut[0]), "after a listing of several calls the second starts at the top");
     }
 
     #[test]
