@@ -37,10 +37,10 @@ pub struct Config {
     /// for the installing thread, at thread start for the others), so that the pages a stop signal's frame and
     /// the stop handler use are in memory before a crash. Rounded up to whole pages, at most `alt_stack_size`.
     /// Default 8 KiB: the signal frame takes `AT_MINSIGSTKSZ` bytes (3,376 with AVX-512 on the development
-    /// machine; `getauxval(3)`; more with AMX or SVE), and the stop handler's own frame follows below it. 0: none; then every thread
-    /// takes those page faults when a crash stops it (about 5 µs of CPU per thread here, about a quarter of the
-    /// stop round at 256 threads: BENCHMARKS.md, "the stop round without page faults"), and each new stack keeps
-    /// 8 KiB less resident.
+    /// machine; `getauxval(3)`; more with AMX or SVE), and the stop handler's own frame follows below it. 0: none;
+    /// then every thread takes those page faults when a crash stops it (about 5 µs of CPU per thread here, about a
+    /// quarter of the stop round at 256 threads: BENCHMARKS.md, "the stop round without page faults"), and each
+    /// new stack keeps 8 KiB less resident.
     pub alt_stack_prefault_bytes: usize,
     /// Size in bytes of the stack the crash owner switches to for the heavy work (walk, encode, write).
     pub crash_stack_size: usize,

@@ -11,10 +11,10 @@ use crate::error::InstallError;
 /// `config.max_frames` frames reused for every thread, the image table filled from `dl_iterate_phdr`, a 64 KiB
 /// section buffer and a 64 KiB write buffer, an alternate signal stack of `config.alt_stack_size` bytes for the
 /// calling thread, a separate crash stack), opens (creating if needed) the report directory, saves the previous
-/// signal actions, reserves four spare descriptors (`crash::writer::SPARE_FDS`) (closed at crash time when the process is out of descriptors)
-/// and installs handlers for SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP and SIGSYS with
-/// `SA_SIGINFO | SA_ONSTACK` (plus `SA_NODEFER`, so a fault inside the handler is caught), and for the reserved stop
-/// signal. Never panics.
+/// signal actions, reserves four spare descriptors (`crash::writer::SPARE_FDS`; closed at crash time when the
+/// process is out of descriptors) and installs handlers for SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP and
+/// SIGSYS with `SA_SIGINFO | SA_ONSTACK` (plus `SA_NODEFER`, so a fault inside the handler is caught), and for the
+/// reserved stop signal. Never panics.
 ///
 /// Once per process it also installs the handlers that record why the process is about to die (see
 /// `handler/README.md`, "Why it crashed"): a panic hook and, when the process has a C++ runtime, a

@@ -24,13 +24,14 @@
 //!    while the thread runs on it).
 //!
 //! **The pool.** Writing a new stack's top pages costs two page faults at thread start and, more, the `munmap` of
-//! populated pages at thread exit: spawning and joining a thread took about 25 µs more with them than without
-//! (256 threads, release build, this development machine). Kept in the pool, an exited thread's stack serves the
-//! next thread with no `mmap`, `mprotect`, page fault or `munmap`. At most [`POOL_SLOTS`] stacks are kept, each
-//! with the pages that were ever touched on it still resident: the prefault (8 KiB by default) and whatever signal
-//! handlers used, up to `alt_stack_size` (32 x 128 KiB = 4 MiB at most at the defaults, 256 KiB when only the
-//! prefault was touched). `uninstall` empties the pool and exiting threads then unmap theirs (a thread exiting
-//! at that very moment may still leave its stack in the pool, where the next install's threads find it).
+//! populated pages at thread exit: spawning and joining a thread took about 25 µs more with them than without (a
+//! temporary test, not in the tree: 256 threads, release build, the development machine; BENCHMARKS.md). Kept in
+//! the pool, an exited thread's stack serves the next thread with no `mmap`, `mprotect`, page fault or `munmap`.
+//! At most [`POOL_SLOTS`] stacks are kept, each with the pages that were ever touched on it still resident: the
+//! prefault (8 KiB by default) and whatever signal handlers used, up to `alt_stack_size` (32 x 128 KiB = 4 MiB
+//! at most at the defaults, 256 KiB when only the prefault was touched). `uninstall` empties the pool and exiting
+//! threads then unmap theirs (a thread exiting at that very moment may still leave its stack in the pool, where
+//! the next install's threads find it).
 //! An application that installs our stack again after its thread's exit destructor ran (a saved `stack_t`
 //! restored late) would now share it with another thread instead of faulting on an unmapped stack.
 //!
@@ -114,13 +115,12 @@ impl StackPool {
     /// A kept mapping of exactly `len` bytes (its start), taken out of the pool; kept mappings of another length
     /// (from an install with another `alt_stack_size`) met on the way are unmapped.
     pub fn take(&self, len: usize) -> Option<usize> {
-        let page = crate::prealloc::page_size();
         for s in &self.slots {
             let e = s.load(Ordering::Relaxed);
             if e == 0 || s.compare_exchange(e, 0, Ordering::AcqRel, Ordering::Relaxed).is_err() {
                 continue;
             }
-            let (map, bytes) = (e & !(page - 1), (e & (page - 1)).saturating_mul(page));
+            let (map, bytes) = Self::entry(e);
             if bytes == len {
                 return Some(map);
             }
@@ -129,25 +129,29 @@ impl StackPool {
         }
         None
     }
+
+    /// Unmaps every kept mapping.
+    pub fn drain(&self) {
+        for s in &self.slots {
+            let e = s.swap(0, Ordering::AcqRel);
+            if e != 0 {
+                let (map, bytes) = Self::entry(e);
+                // SAFETY: a mapping handed to the pool by `put`, now ours alone (taken out of its slot).
+                unsafe { libc::munmap(map as *mut c_void, bytes) };
+            }
+        }
+    }
+
+    /// A slot's value as `(start, length in bytes)`.
+    fn entry(e: usize) -> (usize, usize) {
+        let page = crate::prealloc::page_size();
+        (e & !(page - 1), (e & (page - 1)).saturating_mul(page))
+    }
 }
 
 impl Default for StackPool {
     fn default() -> Self {
         StackPool::new()
-    }
-}
-
-impl StackPool {
-    /// Unmaps every kept mapping.
-    pub fn drain(&self) {
-        let page = crate::prealloc::page_size();
-        for s in &self.slots {
-            let e = s.swap(0, Ordering::AcqRel);
-            if e != 0 {
-                // SAFETY: a mapping handed to the pool by `put`, now ours alone (taken out of its slot).
-                unsafe { libc::munmap((e & !(page - 1)) as *mut c_void, (e & (page - 1)).saturating_mul(page)) };
-            }
-        }
     }
 }
 

@@ -96,17 +96,9 @@ impl Drop for TaskDir {
     }
 }
 
-/// Calls `f` with the id of every thread of the calling process. `buf` receives the raw directory entries.
-///
-/// # Errors
-/// The `errno` of `open` when `/proc/self/task` cannot be read.
-pub fn for_each_thread(buf: &mut [u8], f: &mut dyn FnMut(u64)) -> Result<(), i32> {
-    TaskDir::open()?.list(buf, f);
-    Ok(())
-}
-
-/// [`for_each_thread`] without the crash path's spare descriptors (out of descriptors it fails with `EMFILE`):
-/// for listings outside the crash path (non-fatal reports), which must leave the spares to a crash.
+/// Calls `f` with the id of every thread of the calling process, as [`TaskDir::list`] but without the crash
+/// path's spare descriptors (out of descriptors it fails with `EMFILE`): for listings outside the crash path
+/// (non-fatal reports), which must leave the spares to a crash.
 ///
 /// # Errors
 /// The `errno` of `open`.
@@ -397,7 +389,7 @@ mod tests {
         let other = rx.recv().expect("tid");
         let mut buf = vec![0u8; 1024];
         let mut got = Vec::new();
-        for_each_thread(&mut buf, &mut |t| got.push(t)).expect("readable");
+        TaskDir::open().expect("readable").list(&mut buf, &mut |t| got.push(t));
         done_tx.send(()).expect("send");
         h.join().expect("join");
         assert!(got.contains(&super::super::sys::gettid()));
