@@ -64,7 +64,7 @@ fn capture_here() -> Walked {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
     let pipe = if memory::process_vm_readv_works() { None } else { pipe() };
-    let mut mem = memory::ProcessVmReader::new(pid, &mut page).with_pipe(pipe);
+    let mut mem = memory::ProcessVmReader::new(pid, &mut page).with_pipe(pipe, memory::PipeUse::Everything);
     let mut frames = vec![0u64; 512];
     let mut tr = vec![0u8; 512];
     let mut reps = vec![Repeat::default(); 32];

@@ -96,7 +96,8 @@ fn innermost() -> Sample {
     let pipe =
         (unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } == 0).then_some((fds[0], fds[1]));
     // SAFETY: getpid has no preconditions.
-    let mut reader = memory::ProcessVmReader::new(unsafe { libc::getpid() }, &mut page).with_pipe(pipe);
+    let mut reader =
+        memory::ProcessVmReader::new(unsafe { libc::getpid() }, &mut page).with_pipe(pipe, memory::PipeUse::Everything);
     let mut regs = RegisterValues::new(aarch64::SET, aarch64::LEN);
     regs.put(32, pc);
     regs.put(31, sp);

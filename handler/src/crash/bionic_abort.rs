@@ -422,7 +422,7 @@ mod tests {
     #[allow(unsafe_code)]
     #[test]
     fn finds_and_reads_a_live_mapping() {
-        use crate::platform::linux::crash::memory::ProcessVmReader;
+        use crate::platform::linux::crash::memory::{PipeUse, ProcessVmReader};
         let text = b"live abort message: 42";
         let (p, len) = bionic_layout_mapping(text);
         let named = name_abort_mapping(p, len);
@@ -451,7 +451,7 @@ mod tests {
             (fds[0], fds[1])
         });
         // SAFETY: getpid has no preconditions.
-        let mut mem = ProcessVmReader::new(unsafe { libc::getpid() }, &mut []).with_pipe(pipe);
+        let mut mem = ProcessVmReader::new(unsafe { libc::getpid() }, &mut []).with_pipe(pipe, PipeUse::Everything);
         let mut out = [0u8; MAX_ABORT_MSG];
         let n = read_message(&mut mem, want.0, want.1, &mut out);
         assert_eq!(&out[..n], text);

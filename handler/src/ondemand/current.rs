@@ -343,8 +343,10 @@ impl MemoryReader for FaultProof<'_> {
             if self.reader.is_none() {
                 let pid = crate::platform::linux::crash::sys::getpid();
                 let blocks = self.blocks.take().unwrap_or_default();
-                self.reader =
-                    Some(crate::platform::linux::crash::memory::ProcessVmReader::new(pid, blocks).with_pipe(self.pipe));
+                self.reader = Some(
+                    crate::platform::linux::crash::memory::ProcessVmReader::new(pid, blocks)
+                        .with_pipe(self.pipe, crate::platform::linux::crash::memory::PipeUse::Everything),
+                );
             }
             match self.reader.as_mut() {
                 Some(r) => r.read(addr, buf),

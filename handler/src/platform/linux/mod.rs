@@ -8,6 +8,7 @@ pub mod images;
 pub mod ondemand;
 pub mod threads;
 
+use self::crash::memory::PipeUse;
 use self::crash::{sys, ChainRecord, State, STATE};
 use crate::config::Config;
 use crate::crash::actions::{SavedActions, FATAL_SIGNALS};
@@ -125,14 +126,15 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
     );
     let crash_images =
         crash::link_map::CrashImages::new(images::link_map_source(), exe_path, prealloc::image_list(config)?, memo);
-    let mem_pipe = if crash::memory::process_vm_readv_works() { None } else { memory_pipe() };
+    let mem_pipe = memory_pipe();
+    let pipe_use = if crash::memory::process_vm_readv_works() { PipeUse::Gathers } else { PipeUse::Everything };
     {
         // The crash-time list, built now from the link map and remembered (`Memo`): a crash while no library was
         // loaded or unloaded since skips the walk.
         let mut cache = vec![0u8; 8 * crash::memory::BLOCK];
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
-        let mut mem = crash::memory::ProcessVmReader::new(pid, &mut cache).with_pipe(mem_pipe);
+        let mut mem = crash::memory::ProcessVmReader::new(pid, &mut cache).with_pipe(mem_pipe, pipe_use);
         // SAFETY: install, before the fatal signal handlers are set: nothing else uses the crash-time list.
         unsafe { crash_images.prime(&mut mem, images.current()) };
     }
@@ -161,6 +163,7 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
         dirents: RawBuf::new(leak_zeroed::<u8>(DIRENT_BYTES)?),
         page: RawBuf::new(leak_zeroed::<u8>(crash::memory::CACHE_BYTES)?),
         mem_pipe,
+        pipe_use,
         crash_stack_top: (crash_base + crash_size) & !15,
         crash_stack: (crash_base, crash_size),
         prev_fatal: SavedActions::read(),
@@ -171,11 +174,17 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
     })
 }
 
+/// The memory reader's pipe `(read, write)`, non-blocking: opened by the first install, kept for the life of the
+/// process and shared by later installs (never closed: a crash owner still running while `uninstall` closed it could
+/// write memory into whatever file took its number next). `None` when no pipe could be opened.
 fn memory_pipe() -> Option<(i32, i32)> {
-    let mut fds = [0i32; 2];
-    // SAFETY: valid out-array of two ints.
-    let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
-    (r == 0).then_some((fds[0], fds[1]))
+    static PIPE: std::sync::OnceLock<Option<(i32, i32)>> = std::sync::OnceLock::new();
+    *PIPE.get_or_init(|| {
+        let mut fds = [0i32; 2];
+        // SAFETY: valid out-array of two ints.
+        let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
+        (r == 0).then_some((fds[0], fds[1]))
+    })
 }
 
 /// Uninstalls the handler. See [`crate::uninstall`].

@@ -493,13 +493,14 @@ image_path_bytes): the rest are not in this report";
 /// Bytes of a node's head that the walk reads: `l_addr`, `l_name`, `l_ld`, `l_next` (offsets 0..32, glibc
 /// `<link.h>`).
 const HEAD_BYTES: usize = 32;
-/// Nodes whose heads one [`MemoryReader::read_gather`] call reads (the Linux reader makes it one system call).
+/// Nodes whose heads one [`MemoryReader::read_gather`] call reads (the Linux reader: one `writev` into its pipe and
+/// one `read` out of it).
 const NODES_PER_GATHER: usize = 64;
 
 /// The link map as the install-time walk found it ([`CrashImages::prime`]): every node's address and head
 /// (`l_addr`, `l_name`, `l_ld`, `l_next`), in walk order, in storage preallocated at install.
 ///
-/// At the crash, [`Memo::unchanged`] reads `r_debug` and the recorded heads again, 64 nodes per system call, instead
+/// At the crash, [`Memo::unchanged`] reads `r_debug` and the recorded heads again, 64 nodes per gather, instead
 /// of walking (one or two system calls per node, and each new object's headers and notes: about 0.3 ms with 300
 /// libraries on the development machine). When every word is as recorded, the objects are the same objects at the
 /// same addresses, so the list the install walk built is the list a walk would build now. (An object unloaded and
@@ -686,7 +687,7 @@ mod tests {
     use super::*;
     use crate::crash::images::ImageEntry;
     use crate::platform::linux::crash::elf::{PF_X, PT_DYNAMIC, PT_GNU_EH_FRAME, PT_LOAD, PT_NOTE};
-    use crate::platform::linux::crash::memory::{process_vm_readv_works, ProcessVmReader, BLOCK};
+    use crate::platform::linux::crash::memory::{process_vm_readv_works, PipeUse, ProcessVmReader, BLOCK};
     use crate::platform::linux::images::{link_map_source, snapshot};
 
     fn list(n: usize) -> ImageList {
@@ -714,17 +715,15 @@ mod tests {
         )
     }
 
+    /// A reader as the crash path makes it: with a pipe, for gathers, or for every read where
+    /// `process_vm_readv` cannot read the own process (qemu-user).
     fn own_reader(cache: &mut [u8]) -> ProcessVmReader<'_> {
-        let pipe = if process_vm_readv_works() {
-            None
-        } else {
-            let mut fds = [0i32; 2];
-            // SAFETY: valid out-array of two ints.
-            assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) }, 0);
-            Some((fds[0], fds[1]))
-        };
+        let mut fds = [0i32; 2];
+        // SAFETY: valid out-array of two ints.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) }, 0);
+        let what = if process_vm_readv_works() { PipeUse::Gathers } else { PipeUse::Everything };
         // SAFETY: getpid has no preconditions.
-        ProcessVmReader::new(unsafe { libc::getpid() }, cache).with_pipe(pipe)
+        ProcessVmReader::new(unsafe { libc::getpid() }, cache).with_pipe(Some((fds[0], fds[1])), what)
     }
 
     /// The only test that loads a library (tests run in parallel in one process): the link map read through the
@@ -781,6 +780,9 @@ mod tests {
         let ci = CrashImages::new(src, exe, list(512), memo(512));
         // SAFETY: single-threaded use of this CrashImages.
         assert!(unsafe { ci.prime(&mut mem, &after) }, "the real link map is remembered");
+        // SAFETY: as above.
+        let primed = unsafe { &*ci.memo.get() };
+        assert!(primed.unchanged(&mut mem, src.r_debug), "the heads read back (gathered) as the walk recorded them");
         // SAFETY: as above.
         let (l, note) = unsafe { ci.collect(&mut mem, &before) };
         assert_eq!(note, b"");

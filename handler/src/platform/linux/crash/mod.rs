@@ -103,8 +103,10 @@ pub struct State {
     pub dirents: RawBuf<u8>,
     /// Block cache of the memory reader ([`memory::CACHE_BYTES`]).
     pub page: RawBuf<u8>,
-    /// A non-blocking pipe `(read, write)` for the memory reader when `process_vm_readv` does not work here.
+    /// A non-blocking pipe `(read, write)` for the memory reader (`None` if install could not open one).
     pub mem_pipe: Option<(i32, i32)>,
+    /// Which reads go through `mem_pipe`: gathers, or every read where `process_vm_readv` does not work here.
+    pub pipe_use: memory::PipeUse,
     /// 16-aligned top of the crash stack.
     pub crash_stack_top: usize,
     /// The crash stack `(base, size)`: the owner's alternate signal stack while it captures, so a signal that
@@ -820,7 +822,7 @@ impl Backend for Owner {
     fn memory(&mut self) -> Self::Memory {
         // SAFETY: owner-only buffer, used by this one reader for the rest of the capture.
         let page = unsafe { self.st.page.get() };
-        memory::ProcessVmReader::new(self.pid, page).with_pipe(self.st.mem_pipe)
+        memory::ProcessVmReader::new(self.pid, page).with_pipe(self.st.mem_pipe, self.st.pipe_use)
     }
 
     fn images(&mut self, mem: &mut Self::Memory) -> (&'static ImageList, &'static [u8]) {
