@@ -409,8 +409,9 @@ pub(crate) fn map_stack(size: usize) -> Result<(usize, usize), InstallError> {
 }
 
 /// Writes one zero byte into each of the top pages of the stack `[base, base + size)` that hold `bytes` (rounded
-/// up to whole pages; all of it when `bytes >= size`), so that they are in memory before a signal frame needs
-/// them (see `Config::alt_stack_prefault_bytes`). For a stack [`map_stack`] just mapped, which nothing uses yet.
+/// up to whole pages; all of it when `bytes >= size`), so that they are in memory before a signal frame or the
+/// crash owner needs them (see `Config::alt_stack_prefault_bytes`, `Config::crash_stack_prefault_bytes`). For a
+/// stack [`map_stack`] just mapped, which nothing uses yet.
 ///
 /// # Safety
 /// `[base, base + size)` is a writable mapping of the caller's that holds nothing yet (no live frame, no data).
@@ -429,6 +430,17 @@ pub(crate) unsafe fn prefault_top(base: usize, size: usize, bytes: usize) {
         // write, so the page is really allocated (a read would map the shared zero page).
         unsafe { core::ptr::write_volatile(at as *mut u8, 0) };
     }
+}
+
+/// Whether the page holding `addr` is in memory (`mincore(2)`); `None` when it is not mapped. Tests only.
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+#[allow(unsafe_code)]
+pub(crate) fn resident(addr: usize) -> Option<bool> {
+    let page = page_size();
+    let mut vec = 0u8;
+    // SAFETY: one page at a page-aligned address; `vec` receives one byte.
+    let r = unsafe { libc::mincore((addr & !(page - 1)) as *mut libc::c_void, page, &mut vec) };
+    (r == 0).then_some(vec & 1 == 1)
 }
 
 /// Bytes of the writer's section scratch buffer (one section's payload; 64 KiB is ample for a thread of

@@ -139,6 +139,8 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
         unsafe { crash_images.prime(&mut mem, images.current()) };
     }
     let (crash_base, crash_size) = prealloc::map_stack(config.crash_stack_size)?;
+    // SAFETY: the crash stack was just mapped; nothing uses it yet.
+    unsafe { prealloc::prefault_top(crash_base, crash_size, config.crash_stack_prefault_bytes) };
     let (os_release, os_version, machine) = uname_text();
     let text = Text {
         os_name: b"Linux",
@@ -257,6 +259,31 @@ fn sigblk_is_truthful(sig: i32) -> bool {
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
     let restored = crash::tasks::blocks_signal(tid, sig);
     blocked == Some(true) && restored == Some(was_blocked)
+}
+
+#[cfg(test)]
+mod state_tests {
+    use crate::config::Config;
+    use crate::prealloc::{page_size, resident};
+    use std::os::fd::AsRawFd;
+
+    /// The crash stack's top `crash_stack_prefault_bytes` are in memory once install has built its state, and
+    /// nothing below them: the crash owner's walk takes no page faults there. With 0, not even the top page is.
+    #[test]
+    fn the_crash_stack_top_is_in_memory_after_install() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let dir_fd = std::fs::File::open(dir.path()).expect("open dir");
+        let page = page_size();
+        for (bytes, want) in [(64 * 1024, true), (0, false)] {
+            let config = Config { crash_stack_prefault_bytes: bytes, ..Config::new(dir.path()) };
+            let st = super::build_state(&config, dir_fd.as_raw_fd(), libc::SIGRTMAX() - 4).expect("state");
+            let (base, size) = st.crash_stack;
+            let top = base + size;
+            let pages: Vec<Option<bool>> = (1..=64 * 1024 / page).map(|i| resident(top - i * page)).collect();
+            assert!(pages.iter().all(|p| *p == Some(want)), "prefault {bytes}: {pages:?}");
+            assert_eq!(resident(top - (64 * 1024 + page)), Some(false), "the rest is left alone");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -541,11 +541,7 @@ mod tests {
 
     /// Whether the page at `addr` is resident (`mincore`); `None` when it is not mapped.
     fn resident(addr: usize) -> Option<bool> {
-        let page = crate::prealloc::page_size();
-        let mut vec = 0u8;
-        // SAFETY: one page at a page-aligned address; `vec` receives one byte.
-        let r = unsafe { libc::mincore((addr & !(page - 1)) as *mut c_void, page, &mut vec) };
-        (r == 0).then_some(vec & 1 == 1)
+        crate::prealloc::resident(addr)
     }
 
     /// The wrapper is what `std::thread::spawn` reaches, and with it enabled a new thread has an alternate stack of
