@@ -330,8 +330,13 @@ fn check_writable(dir_fd: i32) -> Result<(), i32> {
 /// process-wide cache: about 100 µs on x86-64 (`cpuid`), and on arm64 a `getauxval` call, which on musl can take
 /// the dynamic loader's lock, or a read of `/proc/self/auxv` where `getauxval` is missing (which allocates). Hashing
 /// once here fills that cache, so the writer's first checksum after a fault is plain arithmetic.
+///
+/// It also reads the read-only data the crash path would otherwise read first after the fault (a page fault each,
+/// counted with `perf`): `crc32fast`'s table for short inputs (4 to 15 bytes) and the report file header's bytes.
 pub(crate) fn warm_up() {
     core::hint::black_box(crc32fast::hash(core::hint::black_box(b"crash handler warm-up")));
+    core::hint::black_box(crc32fast::hash(core::hint::black_box(b"warm-up")));
+    core::hint::black_box(report_format::framing::file_header());
 }
 
 /// Reserves [`crate::crash::writer::SPARE_FDS`] descriptors (`/dev/null`, read-only, close-on-exec; the root
@@ -479,12 +484,16 @@ pub(crate) fn image_list(config: &crate::config::Config) -> Result<crate::crash:
 
 /// The report writer's buffers: [`SCRATCH_BYTES`] + [`WRITE_BUF_BYTES`] bytes, `config.max_frames` frames and
 /// trust bytes, [`REPEATS`] repeat records, one [`crate::unwind::RuleCache`] (62 KiB), and a bitset of
-/// `config.max_images` bits (the images a frame or a crashed-thread register points into).
+/// `config.max_images` bits (the images a frame or a crashed-thread register points into). The static storage the
+/// crash reads first is read now (`crash::user_table::map_in`, `crash::reason::map_in`), so a crash takes no page
+/// fault there.
 ///
 /// # Errors
 /// [`InstallError::OutOfMemory`].
 pub(crate) fn writer_buffers(config: &crate::config::Config) -> Result<crate::crash::capture::Buffers, InstallError> {
     use crate::crash::raw_buf::RawBuf;
+    core::hint::black_box(crate::crash::user_table::map_in());
+    core::hint::black_box(crate::crash::reason::map_in());
     Ok(crate::crash::capture::Buffers {
         scratch: RawBuf::new(leak_zeroed::<u8>(SCRATCH_BYTES)?),
         write_buf: RawBuf::new(leak_zeroed::<u8>(WRITE_BUF_BYTES)?),
@@ -538,6 +547,29 @@ mod tests {
     use std::fs;
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::io::AsRawFd;
+
+    /// After the writer's buffers are made, every page of the static storage the crash reads first (the user
+    /// table's slots, the exception and panic records, the app reason) is mapped: a crash takes no page fault on
+    /// them.
+    #[test]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn the_static_storage_a_crash_reads_first_is_mapped_once_the_buffers_are_made() {
+        use crate::crash::{reason, user_table};
+        super::writer_buffers(&crate::config::Config::new("/nonexistent")).expect("buffers");
+        let statics = user_table::TABLE
+            .iter()
+            .map(|s| core::ptr::from_ref(s) as usize)
+            .chain(
+                [&reason::OBJC, &reason::CXX]
+                    .into_iter()
+                    .chain(reason::PANICS.iter())
+                    .map(|r| core::ptr::from_ref(r) as usize),
+            )
+            .chain([core::ptr::from_ref(&reason::APP_REASON) as usize]);
+        for at in statics {
+            assert_eq!(super::resident(at), Some(true), "{at:#x}");
+        }
+    }
 
     /// What an install finds in a report directory: a spare is claimed only when it is unlocked, of the configured
     /// size, all zeros and still linked; the claim holds its lock, so a second install cannot take it too.

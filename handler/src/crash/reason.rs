@@ -211,6 +211,17 @@ pub static CXX: Record = Record::new();
 pub static PANICS: [Record; PANIC_SLOTS] = [const { Record::new() }; PANIC_SLOTS];
 static NEXT_PANIC: AtomicUsize = AtomicUsize::new(0);
 
+/// Reads the words of every record that a crash reads first (install time), so that the crash takes no page fault
+/// on this static storage (a read maps the shared zero page: no memory is used). Returns a value only so the reads
+/// are not optimized away.
+pub(crate) fn map_in() -> u64 {
+    let records = [&OBJC, &CXX].into_iter().chain(PANICS.iter());
+    let words = records
+        .fold(0u64, |a, r| a ^ u64::from(r.seq.load(Ordering::Relaxed)) ^ u64::from(r.set.load(Ordering::Relaxed)));
+    let app = APP_REASON.seq.load(Ordering::Relaxed) as usize ^ APP_REASON.text.len.load(Ordering::Relaxed);
+    words ^ app as u64 ^ ABORT_MSG_ADDR.load(Ordering::Relaxed)
+}
+
 /// Records a Rust panic in the next ring slot. Allocation-free, lock-free, never waits.
 pub fn record_panic(f: &Fields<'_>) -> bool {
     let i = NEXT_PANIC.fetch_add(1, Ordering::Relaxed) % PANIC_SLOTS;

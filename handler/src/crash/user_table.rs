@@ -42,6 +42,13 @@ impl Slot {
 /// The table (about 21 KiB of static storage; nothing is allocated).
 pub(crate) static TABLE: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
 
+/// Reads every slot's sequence word once (install time), so that the crash's first read of the table takes no page
+/// fault: static storage nobody touched yet is mapped at its first access (a read maps the shared zero page, so
+/// this costs no memory). Returns a value only so the reads are not optimized away.
+pub(crate) fn map_in() -> u32 {
+    TABLE.iter().fold(0, |a, s| a ^ s.seq.load(Ordering::Relaxed))
+}
+
 /// A crash-time copy of the table, kept on the crash owner's stack.
 pub struct Snapshot {
     keys: [[u8; MAX_KEY]; SLOTS],
