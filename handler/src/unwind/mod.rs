@@ -362,14 +362,24 @@ impl Out<'_> {
         if !self.store(v, t) {
             return false;
         }
-        // Do the last 2p stored frames form two copies of one run? Then drop the second copy and count.
-        for p in 1..=MAX_REPEAT_PERIOD {
-            // p <= MAX_REPEAT_PERIOD, so 2 * p cannot overflow.
-            let two_p = p.saturating_mul(2);
-            if self.n < self.floor.saturating_add(two_p) {
-                break;
+        // Do the last 2p stored frames form two copies of one run? Then drop the second copy and count. Only a period
+        // whose frame p back is this one can (the two copies end alike), so those are looked for first: most frames
+        // have none, and cost one pass over at most MAX_REPEAT_PERIOD words.
+        let newest = self.n.saturating_sub(1);
+        let max_p = MAX_REPEAT_PERIOD.min(self.n.saturating_sub(self.floor) / 2);
+        let window = self.frames.get(newest.saturating_sub(max_p)..newest).unwrap_or(&[]);
+        let mut candidates = 0u32;
+        for (back, &f) in window.iter().rev().enumerate() {
+            if f == v {
+                candidates |= 1u32.checked_shl(back as u32).unwrap_or(0);
             }
-            let a = self.n.saturating_sub(two_p);
+        }
+        while candidates != 0 {
+            // The shortest period first, as the copies are compared from the shortest.
+            let p = (candidates.trailing_zeros() as usize).saturating_add(1);
+            candidates &= candidates.wrapping_sub(1);
+            // p <= max_p <= MAX_REPEAT_PERIOD, so 2 * p cannot overflow and 2 * p <= n - floor.
+            let a = self.n.saturating_sub(p.saturating_mul(2));
             if (0..p).all(|j| self.at(a.saturating_add(j)) == self.at(a.saturating_add(p).saturating_add(j))) {
                 self.n = self.n.saturating_sub(p);
                 self.active = Some((a, p, 0, 1));
@@ -382,6 +392,39 @@ impl Out<'_> {
     fn finish(mut self) -> (usize, usize, bool) {
         let _ = self.close_repeat();
         (self.n, self.nrep, self.lost)
+    }
+
+    /// [`Out::push`] as it was before its period search looked for candidates first: every period from 1 up,
+    /// compared from its first frame. Tests check that both store the same frames and repeats.
+    #[cfg(test)]
+    fn push_reference(&mut self, v: u64, t: u8) -> bool {
+        if let Some((start, p, k, cycles)) = self.active {
+            if self.at(start.saturating_add(k)) == v {
+                let k = k.saturating_add(1);
+                self.active =
+                    Some(if k == p { (start, p, 0, cycles.saturating_add(1)) } else { (start, p, k, cycles) });
+                return true;
+            }
+            if !self.close_repeat() {
+                return false;
+            }
+        }
+        if !self.store(v, t) {
+            return false;
+        }
+        for p in 1..=MAX_REPEAT_PERIOD {
+            let two_p = p.saturating_mul(2);
+            if self.n < self.floor.saturating_add(two_p) {
+                break;
+            }
+            let a = self.n.saturating_sub(two_p);
+            if (0..p).all(|j| self.at(a.saturating_add(j)) == self.at(a.saturating_add(p).saturating_add(j))) {
+                self.n = self.n.saturating_sub(p);
+                self.active = Some((a, p, 0, 1));
+                break;
+            }
+        }
+        true
     }
 }
 

@@ -891,3 +891,42 @@ mod swift_async_chains {
         assert_eq!(got.len(), MAX_CHAIN);
     }
 }
+
+/// The walker's repeat compression ([`Out::push`]) stores exactly what the earlier search over every period
+/// stored ([`Out::push_reference`]) for any frame sequence (a small alphabet, so runs and repeats of every period
+/// occur, and a buffer that fills up), and loses nothing: the stored frames and repeats expand to the input.
+#[test]
+fn repeat_compression_agrees_with_the_search_over_every_period() {
+    use proptest::prelude::*;
+    let config = ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() };
+    proptest!(config, |(seq in proptest::collection::vec(0u64..4, 0..200), cap in 8usize..64)| {
+        let run = |reference: bool| {
+            let (mut frames, mut trust, mut reps) = (vec![0u64; cap], vec![0u8; cap], vec![Repeat::default(); 32]);
+            let mut out = Out {
+                frames: &mut frames,
+                trust: &mut trust,
+                n: 0,
+                repeats: &mut reps,
+                nrep: 0,
+                active: None,
+                floor: 0,
+                lost: false,
+            };
+            let mut pushed = 0usize;
+            for &v in &seq {
+                let ok = if reference { out.push_reference(v, 1) } else { out.push(v, 1) };
+                if !ok {
+                    break;
+                }
+                pushed += 1;
+            }
+            let (n, nrep, lost) = out.finish();
+            (frames[..n].to_vec(), reps[..nrep].to_vec(), lost, pushed)
+        };
+        let (f, r, lost, pushed) = run(false);
+        prop_assert_eq!(&(f.clone(), r.clone(), lost, pushed), &run(true));
+        if !lost {
+            prop_assert_eq!(expand(&f, &r), seq[..pushed].to_vec());
+        }
+    });
+}
