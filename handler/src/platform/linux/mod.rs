@@ -127,7 +127,7 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
     let crash_images =
         crash::link_map::CrashImages::new(images::link_map_source(), exe_path, prealloc::image_list(config)?, memo);
     let mem_pipe = memory_pipe();
-    let pipe_use = if crash::memory::process_vm_readv_works() { PipeUse::Small } else { PipeUse::Everything };
+    let pipe_use = if crash::memory::process_vm_readv_works() { PipeUse::Gathers } else { PipeUse::Everything };
     {
         // The crash-time list, built now from the link map and remembered (`Memo`): a crash while no library was
         // loaded or unloaded since skips the walk.

@@ -721,7 +721,7 @@ mod tests {
         let mut fds = [0i32; 2];
         // SAFETY: valid out-array of two ints.
         assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) }, 0);
-        let what = if process_vm_readv_works() { PipeUse::Small } else { PipeUse::Everything };
+        let what = if process_vm_readv_works() { PipeUse::Gathers } else { PipeUse::Everything };
         // SAFETY: getpid has no preconditions.
         ProcessVmReader::new(unsafe { libc::getpid() }, cache).with_pipe(Some((fds[0], fds[1])), what)
     }

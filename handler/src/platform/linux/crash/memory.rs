@@ -12,12 +12,10 @@
 //!
 //! The pipe: install preopens a non-blocking pipe. The reader can copy memory by `write(2)`-ing it into the pipe
 //! (the kernel, or the emulator, checks the source and returns `EFAULT` instead of faulting) and reading it back.
-//! [`PipeUse::Small`]: [`MemoryReader::read_gather`] goes through it, as one `writev(2)` of many small ranges and one
-//! `read(2)`, and so does every read of at most one [`BLOCK`]; only the read-ahead runs of several blocks use
-//! `process_vm_readv`. That call pins every page it reads from: about 0.35 µs a range on the development machine
-//! against 0.04 µs copied into the pipe (300 ranges of 32 bytes on 300 pages: 108 µs against 12 µs); one 4 KiB
-//! block 1.7-2.0 µs against 1.1-1.3 µs; runs of four blocks cost about the same either way (2.6-3.5 µs, one
-//! `process_vm_readv` against a `writev` and a `readv`). [`PipeUse::Everything`], the fallback where
+//! [`PipeUse::Gathers`]: only [`MemoryReader::read_gather`] goes through it, as one `writev(2)` of many small ranges
+//! and one `read(2)`; `process_vm_readv` pins every page it reads from, about 0.35 µs a range on the development
+//! machine against 0.04 µs copied into the pipe (300 ranges of 32 bytes on 300 pages: 108 µs against 12 µs), while
+//! a whole 4 KiB block costs about the same either way. [`PipeUse::Everything`], the fallback where
 //! `process_vm_readv` does not work on the own process (qemu-user does not emulate it; some seccomp sandboxes forbid
 //! it; install detects it with [`process_vm_readv_works`]): every read goes through the pipe.
 //!
@@ -67,9 +65,8 @@ pub struct ProcessVmReader<'a> {
 /// Which reads of a [`ProcessVmReader`] go through its pipe (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PipeUse {
-    /// [`MemoryReader::read_gather`] (many small ranges, each on its own page) and every read of at most one
-    /// [`BLOCK`]; read-ahead runs of several blocks use `process_vm_readv`.
-    Small,
+    /// Only [`MemoryReader::read_gather`] (many small ranges, each on its own page).
+    Gathers,
     /// Every read (where `process_vm_readv` cannot read the own process).
     Everything,
 }
@@ -157,11 +154,6 @@ impl<'a> ProcessVmReader<'a> {
     /// The pipe, when every read goes through it.
     fn pipe_for_all(&self) -> Option<(i32, i32)> {
         self.pipe.filter(|_| self.pipe_use == PipeUse::Everything)
-    }
-
-    /// The pipe, when a read of `len` bytes goes through it.
-    fn pipe_for(&self, len: usize) -> Option<(i32, i32)> {
-        self.pipe.filter(|_| self.pipe_use == PipeUse::Everything || len <= BLOCK)
     }
 
     /// Empties the pipe after a failed copy (bounded: a copy puts at most one [`BLOCK`] into it).
@@ -331,7 +323,7 @@ impl<'a> ProcessVmReader<'a> {
         if addr.checked_add(buf.len() as u64).is_none() {
             return false;
         }
-        if let Some((r, w)) = self.pipe_for(buf.len()) {
+        if let Some((r, w)) = self.pipe_for_all() {
             return self.read_pipe(r, w, addr, buf);
         }
         let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
@@ -451,7 +443,7 @@ mod tests {
         let long_addrs: Vec<u64> = long.iter().map(|v| v.as_ptr() as u64).collect();
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
-        for via in [None, Some(PipeUse::Small), Some(PipeUse::Everything)] {
+        for via in [None, Some(PipeUse::Gathers), Some(PipeUse::Everything)] {
             if via.is_none() && !process_vm_readv_works() {
                 continue;
             }
@@ -543,52 +535,49 @@ mod tests {
         if !process_vm_readv_works() {
             return; // The pipe fallback (qemu-user) reads one block per miss; covered by the test above.
         }
-        // The crash path's reader: read-ahead runs with process_vm_readv, lone blocks through the pipe or not.
-        for via in [None, Some(PipeUse::Small)] {
-            // SAFETY: a fresh anonymous private mapping of six pages; page 4 is unmapped again below.
-            let p = unsafe {
-                libc::mmap(
-                    core::ptr::null_mut(),
-                    6 * BLOCK,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(p, libc::MAP_FAILED);
-            let base = p as u64;
-            let page = |i: u64| (base + i * BLOCK as u64) as *mut u64;
-            // SAFETY: pages 0-5 are mapped and writable; page 4 is unmapped after the writes and never touched again.
-            unsafe {
-                for i in 0..6 {
-                    *page(i) = 100 + i;
-                }
-                assert_eq!(libc::munmap(page(4).cast(), BLOCK), 0);
+        // SAFETY: a fresh anonymous private mapping of six pages; page 4 is unmapped again below.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                6 * BLOCK,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let base = p as u64;
+        let page = |i: u64| (base + i * BLOCK as u64) as *mut u64;
+        // SAFETY: pages 0-5 are mapped and writable; page 4 is unmapped after the writes and never touched again.
+        unsafe {
+            for i in 0..6 {
+                *page(i) = 100 + i;
             }
-            // 16 blocks: 4 sets of 4, so a run reads up to READ_AHEAD = 4 blocks.
-            let mut cache = vec![0u8; 16 * BLOCK];
-            // SAFETY: getpid has no preconditions.
-            let mut r = ProcessVmReader::new(unsafe { libc::getpid() }, &mut cache).with_pipe(via.map(|_| pipe()), via.unwrap_or(PipeUse::Small));
-            assert_eq!(r.read_u64(base), Some(100));
-            // SAFETY: pages 1 and 2 are mapped.
-            unsafe { *page(1) = 7 };
-            assert_eq!(r.read_u64(base + BLOCK as u64), Some(7), "a lone miss read page 0 alone ({via:?})");
-            // That miss followed cached page 0: it read pages 2 and 3 too, and stopped at the hole (page 4).
-            // SAFETY: pages 2 and 3 are mapped.
-            unsafe {
-                *page(2) = 8;
-                *page(3) = 9;
-            }
-            assert_eq!(r.read_u64(base + 2 * BLOCK as u64), Some(102), "page 2 was read ahead ({via:?})");
-            assert_eq!(r.read_u64(base + 3 * BLOCK as u64), Some(103), "page 3 too");
-            assert_eq!(r.read_u64(base + 4 * BLOCK as u64), None, "the unmapped page is refused");
-            assert_eq!(r.read_u64(base + 5 * BLOCK as u64), Some(105), "the page after the hole is read on its own");
-            // SAFETY: unmapping what this test mapped (pages 0-3 and 5).
-            unsafe {
-                libc::munmap(page(0).cast(), 4 * BLOCK);
-                libc::munmap(page(5).cast(), BLOCK);
-            }
+            assert_eq!(libc::munmap(page(4).cast(), BLOCK), 0);
+        }
+        // 16 blocks: 4 sets of 4, so a run reads up to READ_AHEAD = 4 blocks.
+        let mut cache = vec![0u8; 16 * BLOCK];
+        // SAFETY: getpid has no preconditions.
+        let mut r = ProcessVmReader::new(unsafe { libc::getpid() }, &mut cache);
+        assert_eq!(r.read_u64(base), Some(100));
+        // SAFETY: pages 1 and 2 are mapped.
+        unsafe { *page(1) = 7 };
+        assert_eq!(r.read_u64(base + BLOCK as u64), Some(7), "a lone miss read page 0 alone");
+        // That miss followed cached page 0: it read pages 2 and 3 too, and stopped at the hole (page 4).
+        // SAFETY: pages 2 and 3 are mapped.
+        unsafe {
+            *page(2) = 8;
+            *page(3) = 9;
+        }
+        assert_eq!(r.read_u64(base + 2 * BLOCK as u64), Some(102), "page 2 was read ahead");
+        assert_eq!(r.read_u64(base + 3 * BLOCK as u64), Some(103), "page 3 too");
+        assert_eq!(r.read_u64(base + 4 * BLOCK as u64), None, "the unmapped page is refused");
+        assert_eq!(r.read_u64(base + 5 * BLOCK as u64), Some(105), "the page after the hole is read on its own");
+        // SAFETY: unmapping what this test mapped (pages 0-3 and 5).
+        unsafe {
+            libc::munmap(page(0).cast(), 4 * BLOCK);
+            libc::munmap(page(5).cast(), BLOCK);
         }
     }
 
@@ -631,19 +620,8 @@ mod tests {
         let mut cache = vec![0u8; BLOCK];
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
-        // As the crash path makes it: with the pipe for small reads, or for everything; without a pipe.
-        let what = if process_vm_readv_works() { PipeUse::Small } else { PipeUse::Everything };
-        for pipe in [Some(pipe()), None] {
-            if pipe.is_none() && !process_vm_readv_works() {
-                continue;
-            }
-            let mut r = ProcessVmReader::new(pid, &mut cache).with_pipe(pipe, what);
-            own_reads(&mut r, &data);
-        }
-    }
-
-    /// The reads every kind of reader must get right: words across the buffer, a block boundary, refused addresses.
-    fn own_reads(r: &mut ProcessVmReader<'_>, data: &[u64]) {
+        let pipe = if process_vm_readv_works() { None } else { Some(pipe()) };
+        let mut r = ProcessVmReader::new(pid, &mut cache).with_pipe(pipe, PipeUse::Everything);
         for i in [0usize, 1, 511, 512, 1000, 2047] {
             let addr = data.as_ptr() as u64 + 8 * i as u64;
             assert_eq!(r.read_u64(addr), Some(i as u64 * 3));

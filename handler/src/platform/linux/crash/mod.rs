@@ -105,8 +105,7 @@ pub struct State {
     pub page: RawBuf<u8>,
     /// A non-blocking pipe `(read, write)` for the memory reader (`None` if install could not open one).
     pub mem_pipe: Option<(i32, i32)>,
-    /// Which reads go through `mem_pipe`: gathers and reads of one block, or every read where `process_vm_readv`
-    /// does not work here.
+    /// Which reads go through `mem_pipe`: gathers, or every read where `process_vm_readv` does not work here.
     pub pipe_use: memory::PipeUse,
     /// 16-aligned top of the crash stack.
     pub crash_stack_top: usize,
