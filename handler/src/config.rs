@@ -48,7 +48,7 @@ pub struct Config {
     /// write take no page faults on it. Rounded up to whole pages, at most `crash_stack_size`. Default 64 KiB: the
     /// owner of a crash in `scripts/bench.sh` (300 libraries, 64 threads) reaches between 48 and 64 KiB down the
     /// stack (the walk's CFI evaluation is the deepest); without the writes it takes about 16 page faults there,
-    /// about 0.05 ms at 64 threads on the development machine (BENCHMARKS.md, "faults on the crash stack"). 0:
+    /// about 0.05 ms at 64 threads on the development machine (BENCHMARKS.md, "no page pinned, no page faulted"). 0:
     /// none, and 64 KiB less resident.
     pub crash_stack_prefault_bytes: usize,
     /// How long the crash owner waits for all threads to answer the stop signal, in milliseconds.
@@ -84,8 +84,8 @@ pub struct Config {
 
 impl Config {
     /// Defaults: 512 threads, 512 frames, 1024 images with 128 KiB of paths, 128 KiB alternate stack (its top 8
-    /// KiB written at once), 256 KiB crash stack (its top 64 KiB written at once), 1 s stop timeout, 10 s release timeout, a 64 KiB reserved report
-    /// file, 1 walker for stacks on demand.
+    /// KiB written at once), 256 KiB crash stack (its top 64 KiB written at once), 1 s stop timeout, 10 s release
+    /// timeout, a 64 KiB reserved report file, 1 walker for stacks on demand.
     pub fn new(report_dir: impl Into<PathBuf>) -> Self {
         Config {
             report_dir: report_dir.into(),

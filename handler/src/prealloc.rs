@@ -550,7 +550,7 @@ mod tests {
 
     /// After the writer's buffers are made, every page of the static storage the crash reads first (the user
     /// table's slots, the exception and panic records, the app reason) is mapped: a crash takes no page fault on
-    /// them.
+    /// them. (Run alone, this fails without `map_in`; in the whole suite other tests may map them first.)
     #[test]
     #[cfg(any(target_os = "linux", target_os = "android"))]
     fn the_static_storage_a_crash_reads_first_is_mapped_once_the_buffers_are_made() {

@@ -83,8 +83,9 @@ pub trait MemoryReader {
 
     /// Reads `each` bytes at every address of `addrs` into consecutive `each`-byte chunks of `buf`
     /// (`buf.len()` must be `addrs.len() × each`); `false` when any of them is unreadable or the lengths disagree.
-    /// Readers that can gather many ranges in one system call override it (the Linux fault-proof reader:
-    /// `process_vm_readv` with one remote iovec per address); by default they are read one by one. Must never fault.
+    /// Readers that can gather many ranges in one system call override it (the Linux fault-proof reader: one
+    /// `writev` of the ranges into a pipe and one `read`, or `process_vm_readv` with one remote iovec per address);
+    /// by default they are read one by one. Must never fault.
     fn read_gather(&mut self, addrs: &[u64], each: usize, buf: &mut [u8]) -> bool {
         if each == 0 || addrs.len().checked_mul(each) != Some(buf.len()) {
             return false;

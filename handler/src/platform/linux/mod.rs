@@ -126,15 +126,14 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
     );
     let crash_images =
         crash::link_map::CrashImages::new(images::link_map_source(), exe_path, prealloc::image_list(config)?, memo);
-    let mem_pipe = memory_pipe();
-    let pipe_use = if crash::memory::process_vm_readv_works() { PipeUse::Gathers } else { PipeUse::Everything };
+    let mem_pipe = if crash::memory::process_vm_readv_works() { None } else { memory_pipe() };
     {
         // The crash-time list, built now from the link map and remembered (`Memo`): a crash while no library was
         // loaded or unloaded since skips the walk.
         let mut cache = vec![0u8; 8 * crash::memory::BLOCK];
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
-        let mut mem = crash::memory::ProcessVmReader::new(pid, &mut cache).with_pipe(mem_pipe, pipe_use);
+        let mut mem = crash::memory::ProcessVmReader::new(pid, &mut cache).with_pipe(mem_pipe, PipeUse::Everything);
         // SAFETY: install, before the fatal signal handlers are set: nothing else uses the crash-time list.
         unsafe { crash_images.prime(&mut mem, images.current()) };
     }
@@ -165,7 +164,6 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
         dirents: RawBuf::new(leak_zeroed::<u8>(DIRENT_BYTES)?),
         page: RawBuf::new(leak_zeroed::<u8>(crash::memory::CACHE_BYTES)?),
         mem_pipe,
-        pipe_use,
         crash_stack_top: (crash_base + crash_size) & !15,
         crash_stack: (crash_base, crash_size),
         prev_fatal: SavedActions::read(),
@@ -176,17 +174,10 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
     })
 }
 
-/// The memory reader's pipe `(read, write)`, non-blocking: opened by the first install, kept for the life of the
-/// process and shared by later installs (never closed: a crash owner still running while `uninstall` closed it could
-/// write memory into whatever file took its number next). `None` when no pipe could be opened.
+/// The memory reader's pipe `(read, write)` where `process_vm_readv` cannot read this process (see
+/// `crash::memory`); `None` when none could be opened.
 fn memory_pipe() -> Option<(i32, i32)> {
-    static PIPE: std::sync::OnceLock<Option<(i32, i32)>> = std::sync::OnceLock::new();
-    *PIPE.get_or_init(|| {
-        let mut fds = [0i32; 2];
-        // SAFETY: valid out-array of two ints.
-        let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
-        (r == 0).then_some((fds[0], fds[1]))
-    })
+    crash::sys::pipe_nonblocking()
 }
 
 /// Uninstalls the handler. See [`crate::uninstall`].

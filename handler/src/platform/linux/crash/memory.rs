@@ -10,14 +10,21 @@
 //! nodes and their strings in increasing heap addresses) also reads the blocks after it, up to [`READ_AHEAD`] in all,
 //! in the same system call; a lone miss (a binary-search probe) reads one block, so it evicts one block, not four.
 //!
-//! The pipe: install preopens a non-blocking pipe. The reader can copy memory by `write(2)`-ing it into the pipe
-//! (the kernel, or the emulator, checks the source and returns `EFAULT` instead of faulting) and reading it back.
-//! [`PipeUse::Gathers`]: only [`MemoryReader::read_gather`] goes through it, as one `writev(2)` of many small ranges
-//! and one `read(2)`; `process_vm_readv` pins every page it reads from, about 0.35 µs a range on the development
-//! machine against 0.04 µs copied into the pipe (300 ranges of 32 bytes on 300 pages: 108 µs against 12 µs), while
-//! a whole 4 KiB block costs about the same either way. [`PipeUse::Everything`], the fallback where
-//! `process_vm_readv` does not work on the own process (qemu-user does not emulate it; some seccomp sandboxes forbid
-//! it; install detects it with [`process_vm_readv_works`]): every read goes through the pipe.
+//! The pipe: the reader can also copy memory by `write(2)`-ing it into a non-blocking pipe (the kernel, or the
+//! emulator, checks the source and returns `EFAULT` instead of faulting) and reading it back.
+//! - [`PipeUse::Gathers`]: only [`MemoryReader::read_gather`] goes through it, as one `writev(2)` of many small
+//!   ranges and one `read(2)`. `process_vm_readv` pins every page it reads from: about 0.35 µs a range on the
+//!   development machine against 0.04 µs copied into the pipe (300 ranges of 32 bytes on 300 pages: 108 µs against
+//!   12 µs), while a whole 4 KiB block costs about the same either way, so blocks stay with `process_vm_readv`. The
+//!   crash owner opens this pipe for its capture alone ([`ProcessVmReader::with_own_pipe`]: no other process,
+//!   forked or not, and no earlier capture shares it, and no descriptor the application closed is reused). The
+//!   only gather is the link-map check, whose addresses are the loader's own nodes recorded at install, not
+//!   pointers found on a stack. (A copy through the pipe reads mappings `process_vm_readv` refuses, `VM_IO` and
+//!   `VM_PFNMAP` device memory; those addresses are the loader's heap, unless it was unmapped since install and a
+//!   device mapped in its place.)
+//! - [`PipeUse::Everything`], the fallback where `process_vm_readv` does not work on the own process (qemu-user does
+//!   not emulate it; some seccomp sandboxes forbid it; install detects it with [`process_vm_readv_works`] and opens
+//!   the pipe): every read goes through the pipe.
 //!
 //! Every address computation is checked: a garbage stack pointer near 2^64 is refused, never wrapped (a wrap would
 //! read the wrong memory in release builds and panic in debug builds).
@@ -60,6 +67,8 @@ pub struct ProcessVmReader<'a> {
     bad_base: u64,
     pipe: Option<(i32, i32)>,
     pipe_use: PipeUse,
+    /// The pipe was opened for this reader alone: closed when the reader is dropped.
+    owns_pipe: bool,
 }
 
 /// Which reads of a [`ProcessVmReader`] go through its pipe (see the module docs).
@@ -69,6 +78,19 @@ pub enum PipeUse {
     Gathers,
     /// Every read (where `process_vm_readv` cannot read the own process).
     Everything,
+}
+
+impl Drop for ProcessVmReader<'_> {
+    fn drop(&mut self) {
+        if let Some((r, w)) = self.pipe.filter(|_| self.owns_pipe) {
+            // SAFETY: closing the two descriptors of the pipe opened for this reader alone, which nothing else
+            // uses (`with_own_pipe`).
+            unsafe {
+                libc::close(r);
+                libc::close(w);
+            }
+        }
+    }
 }
 
 /// Whether `process_vm_readv` can read this process's own memory (install time or crash time; signal-safe).
@@ -94,6 +116,7 @@ impl<'a> ProcessVmReader<'a> {
             bad_base: u64::MAX,
             pipe: None,
             pipe_use: PipeUse::Everything,
+            owns_pipe: false,
         }
     }
 
@@ -151,6 +174,14 @@ impl<'a> ProcessVmReader<'a> {
         self
     }
 
+    /// As [`ProcessVmReader::with_pipe`], for a pipe opened for this reader alone: the reader closes it when it is
+    /// dropped (async-signal-safe `close(2)`).
+    pub fn with_own_pipe(self, pipe: Option<(i32, i32)>, what: PipeUse) -> Self {
+        let mut r = self.with_pipe(pipe, what);
+        r.owns_pipe = pipe.is_some();
+        r
+    }
+
     /// The pipe, when every read goes through it.
     fn pipe_for_all(&self) -> Option<(i32, i32)> {
         self.pipe.filter(|_| self.pipe_use == PipeUse::Everything)
@@ -169,20 +200,22 @@ impl<'a> ProcessVmReader<'a> {
 
     /// [`MemoryReader::read_gather`] through the pipe: per call, as many ranges as fill at most one [`BLOCK`] (so
     /// the non-blocking write never meets a full pipe), copied in by one `writev` and out by one `read`; a range
-    /// longer than a block alone through [`Self::read_pipe`]. `false` when any range is unreadable.
-    fn gather_pipe(&self, r: i32, w: i32, addrs: &[u64], each: usize, buf: &mut [u8]) -> bool {
+    /// longer than a block alone through [`Self::read_pipe`]. `Some(false)` when a range is unreadable (`EFAULT`, or
+    /// a copy cut short); `None` when the pipe itself failed (any other error: the caller may gather another way).
+    fn gather_pipe(&self, r: i32, w: i32, addrs: &[u64], each: usize, buf: &mut [u8]) -> Option<bool> {
         let per_call = BLOCK.checked_div(each).unwrap_or(0).min(GATHER);
         if per_call == 0 {
-            return addrs.iter().zip(buf.chunks_exact_mut(each)).all(|(a, chunk)| self.read_pipe(r, w, *a, chunk));
+            let all = addrs.iter().zip(buf.chunks_exact_mut(each)).all(|(a, chunk)| self.read_pipe(r, w, *a, chunk));
+            return Some(all);
         }
-        let Some(chunk_bytes) = each.checked_mul(per_call) else { return false };
+        let Some(chunk_bytes) = each.checked_mul(per_call) else { return Some(false) };
         for (addrs, out) in addrs.chunks(per_call).zip(buf.chunks_mut(chunk_bytes)) {
             let mut src = [libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 }; GATHER];
             let mut n = 0usize;
             for (s, a) in src.iter_mut().zip(addrs) {
                 // A range that wraps past 2^64 is never readable (and the kernel must not be asked about one).
                 if a.checked_add(each as u64).is_none() {
-                    return false;
+                    return Some(false);
                 }
                 *s = libc::iovec { iov_base: *a as usize as *mut libc::c_void, iov_len: each };
                 n = n.saturating_add(1);
@@ -191,14 +224,15 @@ impl<'a> ProcessVmReader<'a> {
             // SAFETY: the kernel reads the `n` source ranges on our behalf and returns `EFAULT` (or a short count)
             // for unmapped memory instead of faulting; `w` is our pipe, and `want` <= BLOCK bytes fit it empty.
             let put = unsafe { libc::writev(w, src.as_ptr(), n as libc::c_int) };
+            let err = if put < 0 { crate::crash::writer::errno() } else { 0 };
             // SAFETY: `out` is valid for writes of its length; `r` is our non-blocking pipe.
             let got = unsafe { libc::read(r, out.as_mut_ptr().cast(), want) };
             if put < 0 || put as usize != want || got != put {
                 Self::drain(r);
-                return false;
+                return if put >= 0 || err == libc::EFAULT { Some(false) } else { None };
             }
         }
-        true
+        Some(true)
     }
 
     fn read_pipe(&self, r: i32, w: i32, addr: u64, buf: &mut [u8]) -> bool {
@@ -212,6 +246,8 @@ impl<'a> ProcessVmReader<'a> {
             // pipe.
             let n = unsafe { libc::write(w, src_ptr, len) };
             if n <= 0 {
+                // Nothing should be left in the pipe; made sure of (one `read` when it is empty).
+                Self::drain(r);
                 return false;
             }
             // SAFETY: `chunk` is valid for writes of its length; `r` is our non-blocking pipe.
@@ -348,7 +384,12 @@ impl MemoryReader for ProcessVmReader<'_> {
             return false;
         }
         if let Some((r, w)) = self.pipe {
-            return self.gather_pipe(r, w, addrs, each, buf);
+            match self.gather_pipe(r, w, addrs, each, buf) {
+                Some(read) => return read,
+                // The pipe failed, not the memory: `process_vm_readv` below, where it works.
+                None if self.pipe_use == PipeUse::Everything => return false,
+                None => {}
+            }
         }
         let Some(chunk_bytes) = each.checked_mul(GATHER) else { return false };
         for (addrs, out) in addrs.chunks(GATHER).zip(buf.chunks_mut(chunk_bytes)) {
@@ -465,6 +506,49 @@ mod tests {
             assert!(r.read_gather(&long_addrs, 5000, &mut big), "pipe: {via:?}");
             assert_eq!(big, long.concat(), "pipe: {via:?}");
         }
+    }
+
+    /// A gather whose pipe fails rather than the memory (here its read end is closed: `EPIPE`; std ignores
+    /// `SIGPIPE`) is read with `process_vm_readv` instead where that works ([`PipeUse::Gathers`]), and fails where
+    /// every read depends on the pipe; a reader's own pipe ([`ProcessVmReader::with_own_pipe`]) is closed when the
+    /// reader is dropped (a duplicate of its read end then sees end of file).
+    #[test]
+    fn a_failing_pipe_falls_back_and_an_own_pipe_is_closed_with_its_reader() {
+        let words = [11u64, 22, 33, 44];
+        let addrs = [words.as_ptr() as u64 + 16, words.as_ptr() as u64];
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        let (r, w) = pipe();
+        // SAFETY: closing our own pipe's read end.
+        unsafe { libc::close(r) };
+        let mut buf = [0u8; 32];
+        if process_vm_readv_works() {
+            let mut g = ProcessVmReader::new(pid, &mut []).with_pipe(Some((r, w)), PipeUse::Gathers);
+            assert!(g.read_gather(&addrs, 16, &mut buf), "process_vm_readv took over");
+            let got: Vec<u64> = buf.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect();
+            assert_eq!(got, [33, 44, 11, 22]);
+        }
+        let mut e = ProcessVmReader::new(pid, &mut []).with_pipe(Some((r, w)), PipeUse::Everything);
+        assert!(!e.read_gather(&addrs, 16, &mut buf), "no other way to read");
+        // SAFETY: closing our own pipe's write end.
+        unsafe { libc::close(w) };
+
+        let (r, w) = pipe();
+        // SAFETY: duplicating our own descriptor.
+        let r2 = unsafe { libc::dup(r) };
+        assert!(r2 >= 0);
+        {
+            let mut own = ProcessVmReader::new(pid, &mut []).with_own_pipe(Some((r, w)), PipeUse::Gathers);
+            assert!(own.read_gather(&addrs, 16, &mut buf));
+            let mut one = [0u8; 1];
+            // SAFETY: reading into a valid one-byte buffer from our non-blocking duplicate.
+            assert_eq!(unsafe { libc::read(r2, one.as_mut_ptr().cast(), 1) }, -1, "open and empty: EAGAIN");
+        }
+        let mut one = [0u8; 1];
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::read(r2, one.as_mut_ptr().cast(), 1) }, 0, "the write end was closed");
+        // SAFETY: closing our duplicate.
+        unsafe { libc::close(r2) };
     }
 
     /// Block `b` lives in one of the [`WAYS`] slots of set `b % sets`: reads across many pages return the right

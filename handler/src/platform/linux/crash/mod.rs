@@ -7,8 +7,8 @@
 //! slot index attached), prepares the report meanwhile ([`capture::run`]), and waits (bounded) until they answer; a thread that still has not answered after [`BLOCK_PROBE_NS`] and blocks the stop
 //! signal (`SigBlk`) in two reads [`BLOCK_CONFIRM_NS`] apart is given up on; then the thread list is read once more and newcomers are stopped too.
 //! Each stopped thread's handler stores its own `ucontext` registers and name in its slot and waits on a futex
-//! (bounded) until released. The owner then walks every stack with `process_vm_readv` and writes the report
-//! section by section (temporary name, `fsync`, `rename`).
+//! (bounded) until released. The owner then walks every stack with `process_vm_readv` (the fault-proof reader,
+//! `memory`) and writes the report section by section (temporary name, `fsync`, `rename`).
 //!
 //! Then the previous action decides. `SIG_DFL`/`SIG_IGN`: restore the previous actions, release the threads,
 //! re-raise; the process dies by the owner's signal (threads that faulted meanwhile wait for that and never
@@ -103,10 +103,9 @@ pub struct State {
     pub dirents: RawBuf<u8>,
     /// Block cache of the memory reader ([`memory::CACHE_BYTES`]).
     pub page: RawBuf<u8>,
-    /// A non-blocking pipe `(read, write)` for the memory reader (`None` if install could not open one).
+    /// A non-blocking pipe `(read, write)` for the memory reader when `process_vm_readv` does not work here (where it
+    /// works, each capture opens a pipe of its own for gathers: `Owner::memory`).
     pub mem_pipe: Option<(i32, i32)>,
-    /// Which reads go through `mem_pipe`: gathers, or every read where `process_vm_readv` does not work here.
-    pub pipe_use: memory::PipeUse,
     /// 16-aligned top of the crash stack.
     pub crash_stack_top: usize,
     /// The crash stack `(base, size)`: the owner's alternate signal stack while it captures, so a signal that
@@ -822,7 +821,14 @@ impl Backend for Owner {
     fn memory(&mut self) -> Self::Memory {
         // SAFETY: owner-only buffer, used by this one reader for the rest of the capture.
         let page = unsafe { self.st.page.get() };
-        memory::ProcessVmReader::new(self.pid, page).with_pipe(self.st.mem_pipe, self.st.pipe_use)
+        let reader = memory::ProcessVmReader::new(self.pid, page);
+        match self.st.mem_pipe {
+            // `process_vm_readv` cannot read this process: every read goes through the pipe install opened.
+            Some(pipe) => reader.with_pipe(Some(pipe), memory::PipeUse::Everything),
+            // Gathers (the link-map check) go through a pipe of this capture's own, closed with the reader; none
+            // when it cannot be opened (out of descriptors): then `process_vm_readv` gathers.
+            None => reader.with_own_pipe(sys::pipe_nonblocking(), memory::PipeUse::Gathers),
+        }
     }
 
     fn images(&mut self, mem: &mut Self::Memory) -> (&'static ImageList, &'static [u8]) {

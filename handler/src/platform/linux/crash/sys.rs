@@ -22,6 +22,15 @@ pub fn getuid() -> u32 {
     unsafe { libc::getuid() }
 }
 
+/// A new pipe `(read, write)`, both ends non-blocking and close-on-exec (`pipe2(2)`); `None` when it cannot be
+/// opened (out of descriptors).
+pub fn pipe_nonblocking() -> Option<(i32, i32)> {
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` is a valid out-array of two ints.
+    let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    (r == 0).then_some((fds[0], fds[1]))
+}
+
 /// Parent process id.
 pub fn getppid() -> i32 {
     // SAFETY: `getppid` takes no arguments and cannot fail.
