@@ -347,21 +347,31 @@ impl Out<'_> {
         true
     }
 
-    /// Appends one frame found by `t`; `false` when the buffer is full.
-    fn push(&mut self, v: u64, t: u8) -> bool {
+    /// The part of [`Out::push`] before the search for a new repeat: `v` continues the active repeat
+    /// (`Some(true)`), or the repeat is closed and `v` stored (`None`: search), or the buffer is full
+    /// (`Some(false)`).
+    fn continue_or_store(&mut self, v: u64, t: u8) -> Option<bool> {
         if let Some((start, p, k, cycles)) = self.active {
             if self.at(start.saturating_add(k)) == v {
                 let k = k.saturating_add(1);
                 self.active =
                     Some(if k == p { (start, p, 0, cycles.saturating_add(1)) } else { (start, p, k, cycles) });
-                return true;
+                return Some(true);
             }
             if !self.close_repeat() {
-                return false;
+                return Some(false);
             }
         }
         if !self.store(v, t) {
-            return false;
+            return Some(false);
+        }
+        None
+    }
+
+    /// Appends one frame found by `t`; `false` when the buffer is full.
+    fn push(&mut self, v: u64, t: u8) -> bool {
+        if let Some(done) = self.continue_or_store(v, t) {
+            return done;
         }
         // Do the last 2p stored frames form two copies of one run? Then drop the second copy and count. Only a period
         // whose frame p back is this one can (the two copies end alike), so those are looked for first: most frames
@@ -395,23 +405,13 @@ impl Out<'_> {
         (self.n, self.nrep, self.lost)
     }
 
-    /// [`Out::push`] as it was before its period search looked for candidates first: every period from 1 up,
-    /// compared from its first frame. Tests check that both store the same frames and repeats.
+    /// [`Out::push`] as it was before its period search looked for candidates first (the same
+    /// [`Out::continue_or_store`], then every period from 1 up, compared from its first frame). Tests check that
+    /// both store the same frames and repeats.
     #[cfg(test)]
     fn push_reference(&mut self, v: u64, t: u8) -> bool {
-        if let Some((start, p, k, cycles)) = self.active {
-            if self.at(start.saturating_add(k)) == v {
-                let k = k.saturating_add(1);
-                self.active =
-                    Some(if k == p { (start, p, 0, cycles.saturating_add(1)) } else { (start, p, k, cycles) });
-                return true;
-            }
-            if !self.close_repeat() {
-                return false;
-            }
-        }
-        if !self.store(v, t) {
-            return false;
+        if let Some(done) = self.continue_or_store(v, t) {
+            return done;
         }
         for p in 1..=MAX_REPEAT_PERIOD {
             let two_p = p.saturating_mul(2);
