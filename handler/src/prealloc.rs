@@ -523,14 +523,7 @@ pub(crate) fn capture_pool(config: &crate::config::Config) -> Result<crate::onde
     v.try_reserve_exact(config.capture_walkers).map_err(|_| InstallError::OutOfMemory)?;
     for _ in 0..config.capture_walkers {
         #[cfg(any(target_os = "linux", target_os = "android"))]
-        let pipe = if pipes {
-            let mut fds = [0i32; 2];
-            // SAFETY: valid out-array of two ints.
-            let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
-            (r == 0).then_some((fds[0], fds[1]))
-        } else {
-            None
-        };
+        let pipe = if pipes { crate::platform::linux::crash::sys::pipe_nonblocking() } else { None };
         #[cfg(not(any(target_os = "linux", target_os = "android")))]
         let pipe = None;
         let (base, size) = map_stack(crate::ondemand::pool::WALK_STACK_BYTES)?;

@@ -444,12 +444,8 @@ mod tests {
         }
         // Where `process_vm_readv` cannot read the own process (qemu-user), the reader copies through a pipe, as
         // the crash path's reader does there.
-        let pipe = (!crate::platform::linux::crash::memory::process_vm_readv_works()).then(|| {
-            let mut fds = [0i32; 2];
-            // SAFETY: valid out-array of two ints.
-            assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) }, 0);
-            (fds[0], fds[1])
-        });
+        let pipe = (!crate::platform::linux::crash::memory::process_vm_readv_works())
+            .then(|| crate::platform::linux::crash::sys::pipe_nonblocking().expect("pipe"));
         // SAFETY: getpid has no preconditions.
         let mut mem = ProcessVmReader::new(unsafe { libc::getpid() }, &mut []).with_pipe(pipe, PipeUse::Everything);
         let mut out = [0u8; MAX_ABORT_MSG];

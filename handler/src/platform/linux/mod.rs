@@ -126,7 +126,8 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
     );
     let crash_images =
         crash::link_map::CrashImages::new(images::link_map_source(), exe_path, prealloc::image_list(config)?, memo);
-    let mem_pipe = if crash::memory::process_vm_readv_works() { None } else { memory_pipe() };
+    // Where `process_vm_readv` cannot read this process, every read of the crash path goes through this pipe.
+    let mem_pipe = if crash::memory::process_vm_readv_works() { None } else { sys::pipe_nonblocking() };
     {
         // The crash-time list, built now from the link map and remembered (`Memo`): a crash while no library was
         // loaded or unloaded since skips the walk.
@@ -172,12 +173,6 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
             .unwrap_or_else(|| unsafe { core::mem::zeroed() }),
         chain: UnsafeCell::new(ChainRecord::EMPTY),
     })
-}
-
-/// The memory reader's pipe `(read, write)` where `process_vm_readv` cannot read this process (see
-/// `crash::memory`); `None` when none could be opened.
-fn memory_pipe() -> Option<(i32, i32)> {
-    crash::sys::pipe_nonblocking()
 }
 
 /// Uninstalls the handler. See [`crate::uninstall`].

@@ -718,12 +718,10 @@ mod tests {
     /// A reader as the crash path makes it: with a pipe, for gathers, or for every read where
     /// `process_vm_readv` cannot read the own process (qemu-user).
     fn own_reader(cache: &mut [u8]) -> ProcessVmReader<'_> {
-        let mut fds = [0i32; 2];
-        // SAFETY: valid out-array of two ints.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) }, 0);
+        let pipe = crate::platform::linux::crash::sys::pipe_nonblocking().expect("pipe");
         let what = if process_vm_readv_works() { PipeUse::Gathers } else { PipeUse::Everything };
         // SAFETY: getpid has no preconditions.
-        ProcessVmReader::new(unsafe { libc::getpid() }, cache).with_pipe(Some((fds[0], fds[1])), what)
+        ProcessVmReader::new(unsafe { libc::getpid() }, cache).with_pipe(Some(pipe), what)
     }
 
     /// The only test that loads a library (tests run in parallel in one process): the link map read through the

@@ -726,10 +726,7 @@ mod tests {
     }
 
     fn pipe() -> (i32, i32) {
-        let mut fds = [0i32; 2];
-        // SAFETY: valid out-array of two ints.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) }, 0);
-        (fds[0], fds[1])
+        crate::platform::linux::crash::sys::pipe_nonblocking().expect("pipe")
     }
 
     #[test]
