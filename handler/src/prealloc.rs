@@ -543,11 +543,28 @@ mod tests {
 
     /// After the writer's buffers are made, every page of the static storage the crash reads first (the user
     /// table's slots, the exception and panic records, the app reason) is mapped: a crash takes no page fault on
-    /// them. (Run alone, this fails without `map_in`; in the whole suite other tests may map them first.)
+    /// them. The check runs in a process of its own (this test binary, running only this test), because other tests
+    /// of this process touch the same statics; under an emulator (no `process_vm_readv`, the test binary cannot be
+    /// started again directly) it runs here, where it can pass without `map_in`.
     #[test]
     #[cfg(any(target_os = "linux", target_os = "android"))]
     fn the_static_storage_a_crash_reads_first_is_mapped_once_the_buffers_are_made() {
         use crate::crash::{reason, user_table};
+        const ALONE: &str = "HANDLER_TEST_STATICS_ALONE";
+        const NAME: &str =
+            "prealloc::tests::the_static_storage_a_crash_reads_first_is_mapped_once_the_buffers_are_made";
+        if std::env::var_os(ALONE).is_none() && crate::platform::linux::crash::memory::process_vm_readv_works() {
+            let exe = std::env::current_exe().expect("test binary");
+            let out = std::process::Command::new(exe)
+                .args(["--exact", NAME, "--test-threads=1"])
+                .env(ALONE, "1")
+                .output()
+                .expect("run the test binary");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+            assert!(stdout.contains("1 passed"), "the check ran: {stdout}");
+            return;
+        }
         super::writer_buffers(&crate::config::Config::new("/nonexistent")).expect("buffers");
         let statics = user_table::TABLE
             .iter()
