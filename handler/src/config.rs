@@ -46,10 +46,11 @@ pub struct Config {
     pub crash_stack_size: usize,
     /// Bytes at the top of the crash stack (Linux) written once at install, so that the owner's walk, encoding and
     /// write take no page faults on it. Rounded up to whole pages, at most `crash_stack_size`. Default 64 KiB: the
-    /// owner of a crash in `scripts/bench.sh` (300 libraries, 64 threads) reaches between 48 and 64 KiB down the
-    /// stack (the walk's CFI evaluation is the deepest); without the writes it takes about 16 page faults there,
-    /// about 0.05 ms at 64 threads on the development machine (BENCHMARKS.md, "no page pinned, no page faulted"). 0:
-    /// none, and 64 KiB less resident.
+    /// owner of the benchmark's crash (`bench __crash-ours`, 300 libraries, 64 threads) reaches between 48 and 64
+    /// KiB down the stack (the walk's CFI evaluation is the deepest); without the writes it takes about 16 page
+    /// faults there (counted with `perf`), about 0.05 ms of its walk on the development machine (an A/B of that
+    /// crash, not a run beside the peer: BENCHMARKS.md, "no page pinned, no page faulted"). 0: none, and 64 KiB
+    /// less resident.
     pub crash_stack_prefault_bytes: usize,
     /// How long the crash owner waits for all threads to answer the stop signal, in milliseconds.
     pub stop_timeout_ms: u32,

@@ -15,7 +15,8 @@
 //! - [`PipeUse::Gathers`]: only [`MemoryReader::read_gather`] goes through it, as one `writev(2)` of many small
 //!   ranges and one `read(2)`. `process_vm_readv` pins every page it reads from: about 0.35 µs a range on the
 //!   development machine against 0.04 µs copied into the pipe (300 ranges of 32 bytes on 300 pages: 108 µs against
-//!   12 µs), while a whole 4 KiB block costs about the same either way, so blocks stay with `process_vm_readv`. The
+//!   12 µs; a C micro-benchmark, not in the tree, BENCHMARKS.md), while a whole 4 KiB block costs about the same
+//!   either way, so blocks stay with `process_vm_readv`. The
 //!   crash owner opens this pipe for its capture alone ([`ProcessVmReader::with_own_pipe`]: no other process,
 //!   forked or not, and no earlier capture shares it, and no descriptor the application closed is reused). The
 //!   only gather is the link-map check, whose addresses are the loader's own nodes recorded at install, not
