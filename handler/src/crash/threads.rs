@@ -177,7 +177,9 @@ pub struct ThreadTable {
     /// Incremented each time a thread publishes its slot (see [`ThreadTable::answer`]).
     pub answers: AtomicU32,
     /// The value of `answers` at which the owner wants to be woken: only the answer that reaches it wakes the owner
-    /// (one wake per round instead of one per thread). Set by [`ThreadTable::expect_answers`].
+    /// (one wake per round instead of one per thread). Set by [`ThreadTable::expect_answers`]; `u32::MAX` until
+    /// then, so the answers that arrive while the owner still prepares the report wake nobody (the owner reads
+    /// `answers` before it first waits).
     wake_at: AtomicU32,
     /// Release generation: incremented (and futex-woken on Linux) each time stopped threads may resume. A stopped
     /// thread reads it before it publishes its slot and waits until it changes; [`ThreadTable::reset`] leaves it
@@ -198,7 +200,7 @@ impl ThreadTable {
             count: AtomicUsize::new(0),
             published: AtomicU32::new(0),
             answers: AtomicU32::new(0),
-            wake_at: AtomicU32::new(0),
+            wake_at: AtomicU32::new(u32::MAX),
             release: AtomicU32::new(0),
             walking: AtomicUsize::new(NO_WALK),
         }
@@ -236,7 +238,7 @@ impl ThreadTable {
         self.published.store(0, Ordering::Release);
         self.count.store(0, Ordering::Release);
         self.answers.store(0, Ordering::SeqCst);
-        self.wake_at.store(0, Ordering::SeqCst);
+        self.wake_at.store(u32::MAX, Ordering::SeqCst);
         for s in self.slots.iter().take(used) {
             s.state.store(FREE, Ordering::Release);
             s.tid.store(0, Ordering::Release);
@@ -483,9 +485,10 @@ mod tests {
                 s.state.store(CAPTURED, Ordering::Release);
             }
         }
-        // Three answers already counted before the owner waits; one thread (503) outstanding.
+        // Three answers already counted before the owner waits (it is still preparing the report: nobody to wake);
+        // one thread (503) outstanding.
         for _ in 0..3 {
-            t.answer();
+            assert!(!t.answer(), "no owner waits before expect_answers: no wake-up system call");
         }
         let seen = t.expect_answers();
         assert_eq!(seen, 3);
