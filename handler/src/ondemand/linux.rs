@@ -258,7 +258,7 @@ fn set_errno(e: i32) {
 unsafe fn answer(st: &'static State, info: *mut libc::siginfo_t, uc: *mut c_void) {
     let tid = sys::gettid();
     // SAFETY: `info` is the kernel's siginfo for this signal (or null).
-    let token = unsafe { sys::queued_value(info) }.and_then(decode);
+    let token = unsafe { sys::queued_value(info, sys::getpid()) }.and_then(decode);
     // This signal is no longer in flight: cleared before the slots are looked at.
     clear_in_flight(tid, token);
     // The slot the token names, if it is still that request and for this thread; else (a plain `tgkill` where

@@ -157,6 +157,7 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
     Ok(State {
         core: Core::new(dir_fd, prealloc::thread_table(config)?, text, prealloc::writer_buffers(config)?),
         stop_signal,
+        stop_sender: core::sync::atomic::AtomicI32::new(0),
         stop_timeout_ns: u64::from(config.stop_timeout_ms) * 1_000_000,
         sigblk_truthful: sigblk_is_truthful(stop_signal),
         release_timeout_ns: u64::from(config.release_timeout_ms) * 1_000_000,

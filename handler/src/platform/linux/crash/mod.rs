@@ -47,7 +47,7 @@ use crate::crash::threads::{SlotData, ThreadTable, CAPTURED, PENDING, WRITING};
 use crate::crash::writer::{self, ReportNames};
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 
 /// What the owner keeps about chaining to a previous handler (Linux only; beside the shared [`CrashRecord`]).
 #[derive(Clone, Copy, Debug)]
@@ -87,6 +87,10 @@ pub struct State {
     pub core: Core,
     /// The reserved stop signal.
     pub stop_signal: i32,
+    /// The pid of the process whose crash owner sends the stop signals, stored before its first one (0 before any
+    /// crash): the stop handler compares a signal's `si_pid` with it instead of asking `getpid` in every stopped
+    /// thread. A forked child's owner stores its own pid.
+    pub stop_sender: AtomicI32,
     /// Owner's wait for answers, in nanoseconds.
     pub stop_timeout_ns: u64,
     /// `/proc/<tid>/status` `SigBlk` shows threads' real signal masks (checked at install by
@@ -510,7 +514,7 @@ pub unsafe extern "C" fn stop_handler(_sig: libc::c_int, info: *mut libc::siginf
     if let Some(st) = state() {
         let table = &st.core.threads;
         // SAFETY: `info` is the kernel's siginfo for this signal (or null).
-        let hint = unsafe { sys::queued_value(info) };
+        let hint = unsafe { sys::queued_value(info, st.stop_sender.load(Ordering::Acquire)) };
         if let Some((i, mut w)) = table.claim(sys::gettid(), hint) {
             let d = w.data();
             *d = SlotData::EMPTY;
@@ -720,6 +724,7 @@ impl Backend for Owner {
 
     fn request_stop(&mut self, table: &ThreadTable, rec: &mut CrashRecord) {
         let (st, pid, own) = (self.st, self.pid, rec.tid);
+        st.stop_sender.store(pid, Ordering::Release);
         // The crashed thread takes its place in the task's order (`/proc/self/task` lists the main thread first,
         // then the others by creation), which is Apple's thread numbering too; one slot stays reserved for it
         // until it is reached, so a full table never loses it.

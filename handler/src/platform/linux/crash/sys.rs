@@ -80,16 +80,18 @@ pub fn queue_to_thread(pid: i32, uid: u32, tid: u64, sig: i32, value: usize) -> 
     }
 }
 
-/// The value a signal was queued with by [`queue_to_thread`] from this process (`SI_QUEUE` and our pid); `None`
-/// for a signal sent any other way.
+/// The value a signal was queued with by [`queue_to_thread`] from process `sender` (`SI_QUEUE` and that pid, which
+/// is never 0); `None` for a signal sent any other way. The caller passes its own pid ([`getpid`]), or one it knows
+/// already (the stop handler: the pid the crash owner stored before sending, one system call fewer per stopped
+/// thread).
 ///
 /// # Safety
 /// `info` is null or the kernel's `siginfo_t` of the signal being handled.
-pub unsafe fn queued_value(info: *const libc::siginfo_t) -> Option<usize> {
+pub unsafe fn queued_value(info: *const libc::siginfo_t, sender: i32) -> Option<usize> {
     // SAFETY: the caller guarantees `info` is null or valid.
     let i = unsafe { info.as_ref() }?;
     // SAFETY: for `SI_QUEUE` the kernel filled the `_rt` member, so `si_pid` and `si_value` are meaningful.
-    (i.si_code == libc::SI_QUEUE && unsafe { i.si_pid() } == getpid())
+    (i.si_code == libc::SI_QUEUE && sender != 0 && unsafe { i.si_pid() } == sender)
         .then(|| unsafe { i.si_value() }.sival_ptr as usize)
 }
 
@@ -227,11 +229,15 @@ mod tests {
     use core::sync::atomic::{AtomicUsize, Ordering};
 
     static GOT: AtomicUsize = AtomicUsize::new(0);
+    static FOREIGN: AtomicUsize = AtomicUsize::new(usize::MAX);
 
     extern "C" fn record(_sig: libc::c_int, info: *mut libc::siginfo_t, _uc: *mut libc::c_void) {
         // SAFETY: the kernel's siginfo of this signal.
-        let v = unsafe { queued_value(info) };
+        let v = unsafe { queued_value(info, getpid()) };
         GOT.store(v.map_or(1, |v| v.wrapping_add(2)), Ordering::SeqCst);
+        // SAFETY: as above. The same signal is not from another sender, nor from "no crash yet" (0).
+        let others = unsafe { [queued_value(info, getpid().wrapping_add(1)), queued_value(info, 0)] };
+        FOREIGN.store(others.iter().filter(|o| o.is_some()).count(), Ordering::SeqCst);
     }
 
     #[test]
@@ -248,6 +254,7 @@ mod tests {
         // Signals sent to the calling thread are delivered before the sending call returns.
         queue_to_thread(getpid(), getuid(), gettid(), sig, 1234).expect("rt_tgsigqueueinfo");
         assert_eq!(GOT.load(Ordering::SeqCst), 1236, "value 1234 arrived");
+        assert_eq!(FOREIGN.load(Ordering::SeqCst), 0, "no value when another sender (or none) is expected");
         tgkill(getpid(), gettid(), sig).expect("tgkill");
         assert_eq!(GOT.load(Ordering::SeqCst), 1, "a tgkill signal has no value");
     }
