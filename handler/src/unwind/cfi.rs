@@ -249,20 +249,40 @@ pub struct Row {
     signal_frame: bool,
 }
 
-/// Rows already evaluated, by lookup pc (direct-mapped, [`RuleCache::SLOTS`] entries), for one crash: every walk
-/// of the crash shares it. Preallocated at install; [`RuleCache::clear`] at each crash.
+/// Rows already evaluated, by lookup pc, for one crash: every walk of the crash shares it. Preallocated at install;
+/// [`RuleCache::clear`] at each crash.
+///
+/// Set-associative: a pc hashes to one of [`RuleCache::SETS`] sets and may live in any of its [`RuleCache::WAYS`]
+/// slots; a full set replaces its slots round robin. Direct-mapped (one slot per hash), two of 40 return addresses
+/// share a slot with probability 1 - e^(-40²/1024), about 0.8; each thread's walk then evaluated both again, and a
+/// build of the benchmark where that happened walked 256 threads 0.66 ms slower (BENCHMARKS.md).
 #[derive(Clone, Copy, Debug)]
 pub struct RuleCache {
     keys: [(u64, u64); RuleCache::SLOTS],
     rows: [Row; RuleCache::SLOTS],
+    /// Per set: the way the next row stored into the full set replaces.
+    victim: [u8; RuleCache::SETS],
 }
 
 impl RuleCache {
     /// Rows kept (32 distinct return addresses in each of 16 code paths).
     pub const SLOTS: usize = 512;
 
+    /// Slots of a set.
+    pub const WAYS: usize = 4;
+
+    /// Sets: [`RuleCache::SLOTS`] / [`RuleCache::WAYS`] (a power of two: the top bits of the hash pick one).
+    pub const SETS: usize = RuleCache::SLOTS / RuleCache::WAYS;
+
+    /// Bits of the hash that pick the set (7).
+    const SET_BITS: u32 = RuleCache::SETS.trailing_zeros();
+
     /// An empty cache (62 KiB).
-    pub const EMPTY: RuleCache = RuleCache { keys: [(0, 0); RuleCache::SLOTS], rows: [Row::EMPTY; RuleCache::SLOTS] };
+    pub const EMPTY: RuleCache = RuleCache {
+        keys: [(0, 0); RuleCache::SLOTS],
+        rows: [Row::EMPTY; RuleCache::SLOTS],
+        victim: [0; RuleCache::SETS],
+    };
 
     /// Forgets every row (a new crash: images may have moved since the last one). Signal-safe.
     pub fn clear(&mut self) {
@@ -271,8 +291,15 @@ impl RuleCache {
         }
     }
 
-    fn slot(pc: u64) -> usize {
-        (pc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 55) as usize % Self::SLOTS
+    /// The set of `pc`: the top 7 bits of a Fibonacci hash (Knuth, TAOCP vol. 3, 6.4), so nearby return addresses
+    /// spread over the sets.
+    fn set(pc: u64) -> usize {
+        (pc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (u64::BITS - Self::SET_BITS)) as usize % Self::SETS
+    }
+
+    /// Index of the first slot of `pc`'s set.
+    fn first(pc: u64) -> usize {
+        Self::set(pc).saturating_mul(Self::WAYS)
     }
 
     /// The row kept for `(key, pc)` (`key`: the table the FDE was found through, as [`step`] and [`step_fde`] key
@@ -282,12 +309,28 @@ impl RuleCache {
     }
 
     fn get(&self, hdr: u64, pc: u64) -> Option<&Row> {
-        let i = Self::slot(pc);
-        (self.keys.get(i) == Some(&(hdr, pc)) && hdr != 0).then(|| self.rows.get(i)).flatten()
+        if hdr == 0 {
+            return None;
+        }
+        let first = Self::first(pc);
+        let i = (first..first.saturating_add(Self::WAYS)).find(|&i| self.keys.get(i) == Some(&(hdr, pc)))?;
+        self.rows.get(i)
     }
 
+    /// Stores `row` for `(hdr, pc)`: in the slot already holding that key, else in an empty slot of its set, else
+    /// in the set's next victim.
     fn put(&mut self, hdr: u64, pc: u64, row: Row) {
-        let i = Self::slot(pc);
+        let set = Self::set(pc);
+        let first = Self::first(pc);
+        let free = (first..first.saturating_add(Self::WAYS))
+            .find(|&i| self.keys.get(i).is_some_and(|&(h, p)| (h, p) == (hdr, pc) || h == 0));
+        let i = free.unwrap_or_else(|| {
+            let v = self.victim.get(set).map_or(0, |v| usize::from(*v) % Self::WAYS);
+            if let Some(next) = self.victim.get_mut(set) {
+                *next = (v.wrapping_add(1) % Self::WAYS) as u8;
+            }
+            first.saturating_add(v)
+        });
         if let (Some(k), Some(r)) = (self.keys.get_mut(i), self.rows.get_mut(i)) {
             *k = (hdr, pc);
             *r = row;
@@ -672,4 +715,47 @@ fn finish(arch: &ArchSpec, next: &mut UnwindRegs, ra_rule: bool, sp_rule: bool, 
         next.set(arch.sp, cfa);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(cfa_off: i32) -> Row {
+        Row { cfa_off, ..Row::EMPTY }
+    }
+
+    /// Five return addresses whose hashes pick the same set: direct-mapped, each would have evicted the one before.
+    #[test]
+    fn a_set_keeps_four_colliding_pcs_and_replaces_round_robin() {
+        let set = RuleCache::set(0x40_1000);
+        let pcs: Vec<u64> = (0x40_1000u64..).step_by(4).filter(|&pc| RuleCache::set(pc) == set).take(5).collect();
+        let mut cache = Box::new(RuleCache::EMPTY);
+        let hdr = 0x7f00_0000;
+        for (k, &pc) in pcs.iter().take(4).enumerate() {
+            cache.put(hdr, pc, row(k as i32));
+        }
+        for (k, &pc) in pcs.iter().take(4).enumerate() {
+            assert_eq!(cache.get(hdr, pc).map(|r| r.cfa_off), Some(k as i32), "pc {pc:#x} kept");
+        }
+        // Another table's row for the same pc, and the empty key, are not these rows.
+        assert!(cache.get(hdr + 8, pcs[0]).is_none());
+        assert!(cache.get(0, pcs[0]).is_none());
+        // Storing a kept key again replaces its row in place.
+        cache.put(hdr, pcs[1], row(11));
+        assert_eq!(cache.get(hdr, pcs[1]).map(|r| r.cfa_off), Some(11));
+        assert_eq!(cache.get(hdr, pcs[0]).map(|r| r.cfa_off), Some(0));
+        // The fifth replaces the first way, the sixth the second; the rest stay.
+        cache.put(hdr, pcs[4], row(4));
+        assert!(cache.get(hdr, pcs[0]).is_none());
+        assert_eq!(cache.get(hdr, pcs[4]).map(|r| r.cfa_off), Some(4));
+        assert_eq!(cache.get(hdr, pcs[2]).map(|r| r.cfa_off), Some(2));
+        cache.put(hdr, pcs[0], row(0));
+        assert!(cache.get(hdr, pcs[1]).is_none());
+        for (pc, off) in [(pcs[0], 0), (pcs[2], 2), (pcs[3], 3), (pcs[4], 4)] {
+            assert_eq!(cache.get(hdr, pc).map(|r| r.cfa_off), Some(off));
+        }
+        cache.clear();
+        assert!(pcs.iter().all(|&pc| cache.get(hdr, pc).is_none()), "clear forgets every row");
+    }
 }
