@@ -238,11 +238,18 @@ impl ThreadTable {
         self.published.store(0, Ordering::Release);
         self.count.store(0, Ordering::Release);
         self.answers.store(0, Ordering::SeqCst);
-        self.wake_at.store(u32::MAX, Ordering::SeqCst);
+        self.no_waiter();
         for s in self.slots.iter().take(used) {
             s.state.store(FREE, Ordering::Release);
             s.tid.store(0, Ordering::Release);
         }
+    }
+
+    /// Owner: nobody waits for answers until the next [`ThreadTable::expect_answers`], so the answers that arrive
+    /// meanwhile wake nobody (no system call). [`ThreadTable::reset`] does this for a new capture; call it before
+    /// asking more threads to stop in a later round.
+    pub fn no_waiter(&self) {
+        self.wake_at.store(u32::MAX, Ordering::SeqCst);
     }
 
     /// Owner: from now on, wake me (return `true` from [`ThreadTable::answer`]) when the answer that makes
@@ -495,7 +502,7 @@ mod tests {
         let (_, w) = t.claim(503, Some(3)).expect("slot 3");
         w.publish(CAPTURED);
         assert!(t.answer(), "the answer that leaves nothing outstanding wakes the owner");
-        // Before expect_answers, with several outstanding, an early answer does not wake.
+        // After expect_answers, with two outstanding, the first answer does not wake.
         let t = table(8);
         t.add_pending(1);
         t.add_pending(2);
@@ -503,6 +510,14 @@ mod tests {
         let (_, w) = t.claim(1, Some(0)).expect("slot 0");
         w.publish(CAPTURED);
         assert!(!t.answer(), "one of two answers: the owner sleeps on");
+        // A second round: until the owner waits again, its newcomers' answers wake nobody either.
+        t.no_waiter();
+        t.add_pending(3);
+        let (_, w) = t.claim(2, Some(1)).expect("slot 1");
+        w.publish(CAPTURED);
+        let (_, w) = t.claim(3, Some(2)).expect("slot 2");
+        w.publish(CAPTURED);
+        assert!(!t.answer() && !t.answer(), "nobody waits: no wake-up system call");
     }
 
     #[test]

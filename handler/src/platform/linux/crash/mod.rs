@@ -798,6 +798,7 @@ impl Backend for Owner {
             });
             drop(dir);
             if table.len() > from {
+                table.no_waiter();
                 stop_pending(st, pid, from);
                 wait_for_answers(st);
             }
