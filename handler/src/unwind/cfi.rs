@@ -254,8 +254,10 @@ pub struct Row {
 ///
 /// Set-associative: a pc hashes to one of [`RuleCache::SETS`] sets and may live in any of its [`RuleCache::WAYS`]
 /// slots; a full set replaces its slots round robin. Direct-mapped (one slot per hash), two of 40 return addresses
-/// share a slot with probability 1 - e^(-40²/1024), about 0.8; each thread's walk then evaluated both again, and a
-/// build of the benchmark where that happened walked 256 threads 0.66 ms slower (BENCHMARKS.md).
+/// share a slot with probability 1 - e^(-40²/1024), about 0.8; each thread's walk then evaluated both again. A
+/// build of the benchmark where that happened walked 256 threads in 2.30 ms, and in 1.73 ms with this cache (an A/B
+/// of `bench __crash-ours`, not a run beside the peer; BENCHMARKS.md). `ondemand::fast`'s recipe cache is
+/// set-associative the same way, with its own hash and front insertion instead of a victim per set.
 #[derive(Clone, Copy, Debug)]
 pub struct RuleCache {
     keys: [(u64, u64); RuleCache::SLOTS],
