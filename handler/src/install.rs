@@ -95,6 +95,23 @@ pub fn refresh_images() -> Result<usize, InstallError> {
     }
 }
 
+/// Bytes of the zero-filled tables and buffers the handler mapped on its own at install (anonymous `mmap`s outside
+/// the allocator, whole pages), since the process started: what a heap count leaves out of the handler's
+/// preallocation. The signal and crash stacks are not included (their sizes follow from the [`Config`]). Of these
+/// bytes only the pages written so far are resident: the buffers every crash writes are made resident at install,
+/// the tables sized for the worst case (the image lists) only as far as they are filled. 0 before the first
+/// install; an uninstall keeps them (they are never freed). Any thread, any time; not signal-safe.
+pub fn preallocated_mapped_bytes() -> usize {
+    #[cfg(unix)]
+    {
+        crate::prealloc::mapped_bytes()
+    }
+    #[cfg(not(unix))]
+    {
+        0
+    }
+}
+
 /// Whether the crash handler is installed.
 pub fn is_installed() -> bool {
     #[cfg(any(target_os = "linux", target_os = "android"))]

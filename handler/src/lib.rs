@@ -61,7 +61,7 @@ pub mod user_values;
 pub use config::Config;
 pub use crash::first_chance::{set_first_chance_handler, FirstChanceHandler};
 pub use error::InstallError;
-pub use install::{install, is_installed, refresh_images, uninstall};
+pub use install::{install, is_installed, preallocated_mapped_bytes, refresh_images, uninstall};
 pub use language::set_crash_reason;
 
 /// Hooks for the crash-test client (allocation counting, a deliberate fault inside the handler). Not for

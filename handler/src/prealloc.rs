@@ -38,30 +38,98 @@ unsafe impl Zeroed for u64 {}
 #[allow(unsafe_code)]
 unsafe impl Zeroed for crate::crash::images::ImageEntry {}
 
-/// A leaked, preallocated slice of `n` zeros for the crash path (install time; never freed), allocated zeroed
-/// (`alloc_zeroed`, i.e. `calloc` with the system allocator): large blocks come as fresh pages the kernel zeroes on
-/// first touch, so install neither writes them nor makes them resident. With 300 libraries loaded, writing every
-/// preallocated byte at install was about a quarter of `handler::install` (`perf`, BENCHMARKS.md). The crash path
-/// touches only the pages it uses; a first touch is a page fault the kernel serves, not an allocation (the same
-/// holds for the `MAP_NORESERVE` signal stacks).
+/// Blocks of at least this many bytes that [`leak_zeroed`] and [`leak_resident`] hand out are mapped on their own
+/// (`mmap`), smaller ones come from the allocator (`alloc_zeroed`).
+const MAP_MIN_BYTES: usize = 16 * 1024;
+
+/// Bytes of the zero-filled blocks mapped on their own so far (their lengths rounded up to whole pages), for
+/// [`crate::install::preallocated_mapped_bytes`].
+#[cfg(unix)]
+static MAPPED_BYTES: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// Bytes of the zero-filled blocks [`leak_zeroed`] and [`leak_resident`] mapped on their own since the process
+/// started (whole pages; the stacks of [`map_stack`] not included).
+#[cfg(unix)]
+pub(crate) fn mapped_bytes() -> usize {
+    MAPPED_BYTES.load(core::sync::atomic::Ordering::Relaxed)
+}
+
+/// A leaked, preallocated slice of `n` zeros for the crash path (install time; never freed), whose pages become
+/// resident only when first written: for tables sized for the worst case, of which a crash uses the first entries
+/// (the image lists, `config.max_images` entries for the few hundred images a process has). A first touch is a
+/// page fault the kernel serves, not an allocation (the same holds for the `MAP_NORESERVE` signal stacks).
+///
+/// A block of at least [`MAP_MIN_BYTES`] is its own anonymous mapping, whose pages the kernel zeroes on first touch;
+/// a smaller one comes from `alloc_zeroed`. Not `calloc` for the large ones: glibc serves a `calloc` from its heap,
+/// and clears it with `memset`, whenever the block is below its mmap threshold, which rises from 128 KiB up to
+/// 32 MiB each time the process frees a large block. Any application that has freed one had every table written
+/// and resident at install: with 300 libraries loaded, about a fifth of `handler::install` went to that `memset`
+/// and its page faults (`perf`, BENCHMARKS.md).
 ///
 /// # Errors
-/// [`InstallError::OutOfMemory`] when the allocation fails.
+/// [`InstallError::OutOfMemory`] when the allocation or the mapping fails.
+#[cfg(unix)]
+pub(crate) fn leak_zeroed<T: Zeroed>(n: usize) -> Result<&'static mut [T], InstallError> {
+    leak_zeroed_as(n, false)
+}
+
+/// [`leak_zeroed`] for buffers every crash writes (the report writer's buffers, the fault-proof reader's cache,
+/// the directory listing buffer): every page is made resident now, so the crash takes no page fault in them: one
+/// byte of each page is written, and on Linux the kernel populates the mapping first, in the same `mmap` call
+/// (`MAP_POPULATE`: one system call instead of a page fault per page).
+///
+/// # Errors
+/// [`InstallError::OutOfMemory`] when the allocation or the mapping fails.
+#[cfg(unix)]
+pub(crate) fn leak_resident<T: Zeroed>(n: usize) -> Result<&'static mut [T], InstallError> {
+    leak_zeroed_as(n, true)
+}
+
+/// [`leak_zeroed`] (`resident` false) or [`leak_resident`] (true).
 #[cfg(unix)]
 #[allow(unsafe_code)]
-pub(crate) fn leak_zeroed<T: Zeroed>(n: usize) -> Result<&'static mut [T], InstallError> {
+fn leak_zeroed_as<T: Zeroed>(n: usize, resident: bool) -> Result<&'static mut [T], InstallError> {
     let layout = std::alloc::Layout::array::<T>(n).map_err(|_| InstallError::OutOfMemory)?;
     if layout.size() == 0 {
         return Ok(&mut []);
     }
-    // SAFETY: `layout` has a non-zero size (checked above).
-    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
-    if p.is_null() {
+    let page = page_size();
+    if layout.size() < MAP_MIN_BYTES || layout.align() > page {
+        // SAFETY: `layout` has a non-zero size (checked above).
+        let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+        if p.is_null() {
+            return Err(InstallError::OutOfMemory);
+        }
+        // SAFETY: `p` is a fresh, never-freed allocation of `n` properly aligned `T`s, all bytes zero, which
+        // `Zeroed` guarantees is a valid `T`; nothing else refers to it. (A small block is written by
+        // `alloc_zeroed` or lies in pages the allocator already uses: resident either way.)
+        return Ok(unsafe { std::slice::from_raw_parts_mut(p, n) });
+    }
+    let len = layout.size().checked_next_multiple_of(page).ok_or(InstallError::OutOfMemory)?;
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if resident { libc::MAP_POPULATE } else { 0 };
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANON;
+    // SAFETY: anonymous private mapping with no address hint; the result is checked.
+    let p = unsafe { libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+    if p == libc::MAP_FAILED {
         return Err(InstallError::OutOfMemory);
     }
-    // SAFETY: `p` is a fresh, never-freed allocation of `n` properly aligned `T`s, all bytes zero, which `Zeroed`
-    // guarantees is a valid `T`; nothing else refers to it.
-    Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
+    MAPPED_BYTES.fetch_add(len, core::sync::atomic::Ordering::Relaxed);
+    if resident {
+        // After `MAP_POPULATE` these writes find every page in memory and cost no fault; they make sure of it where
+        // it is not honoured (it is a hint: the mapping succeeds either way; qemu-user drops it).
+        for off in (0..len).step_by(page) {
+            // SAFETY: `off < len`: inside the fresh writable mapping made above, which nothing else refers to; a
+            // volatile write of a zero byte, so the page is really allocated (a read would map the shared zero
+            // page) and still holds zeros.
+            unsafe { core::ptr::write_volatile(p.cast::<u8>().add(off), 0) };
+        }
+    }
+    // SAFETY: `p` is a fresh, never-unmapped mapping of `len >= n * size_of::<T>()` bytes, page-aligned (so aligned
+    // for `T`: `align <= page` checked above), all zero, which `Zeroed` guarantees is a valid `T`; nothing else
+    // refers to it.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<T>(), n) })
 }
 
 /// A leaked copy of `b` (install-time text the crash path reads).
@@ -495,13 +563,13 @@ pub(crate) fn writer_buffers(config: &crate::config::Config) -> Result<crate::cr
     core::hint::black_box(crate::crash::user_table::map_in());
     core::hint::black_box(crate::crash::reason::map_in());
     Ok(crate::crash::capture::Buffers {
-        scratch: RawBuf::new(leak_zeroed::<u8>(SCRATCH_BYTES)?),
-        write_buf: RawBuf::new(leak_zeroed::<u8>(WRITE_BUF_BYTES)?),
-        frames: RawBuf::new(leak_zeroed::<u64>(config.max_frames)?),
-        trust: RawBuf::new(leak_zeroed::<u8>(config.max_frames)?),
+        scratch: RawBuf::new(leak_resident::<u8>(SCRATCH_BYTES)?),
+        write_buf: RawBuf::new(leak_resident::<u8>(WRITE_BUF_BYTES)?),
+        frames: RawBuf::new(leak_resident::<u64>(config.max_frames)?),
+        trust: RawBuf::new(leak_resident::<u8>(config.max_frames)?),
         repeats: RawBuf::new(leak_slice(REPEATS, crate::unwind::Repeat::default())?),
         rules: RawBuf::new(leak_slice(1, crate::unwind::RuleCache::EMPTY)?),
-        used_images: RawBuf::new(leak_zeroed::<u64>(config.max_images.div_ceil(64).max(1))?),
+        used_images: RawBuf::new(leak_resident::<u64>(config.max_images.div_ceil(64).max(1))?),
     })
 }
 
@@ -546,6 +614,37 @@ mod tests {
     /// them. The check runs in a process of its own (this test binary, running only this test), because other tests
     /// of this process touch the same statics; under an emulator (no `process_vm_readv`, the test binary cannot be
     /// started again directly) it runs here, where it can pass without `map_in`.
+    /// A large zeroed table stays out of memory until written, even after the process freed a large block (which
+    /// raises glibc's mmap threshold, after which `calloc` serves such a table from the heap and clears it with
+    /// `memset`); a resident buffer is in memory at once, every page of it; both read as zeros.
+    #[test]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn large_tables_stay_out_of_memory_until_written_and_resident_buffers_are_in_memory_at_once() {
+        use super::{leak_resident, leak_zeroed, mapped_bytes, page_size, resident};
+        let page = page_size();
+        // 4 MiB: mapped by glibc (over its 128 KiB threshold) and freed, so the threshold rises to 4 MiB.
+        drop(std::hint::black_box(vec![1u8; 4 << 20]));
+        let before = mapped_bytes();
+        let table = leak_zeroed::<u64>(32 * 1024).expect("table");
+        assert!(mapped_bytes() >= before + 256 * 1024, "the table is not counted as mapped");
+        let base = table.as_ptr() as usize;
+        assert_eq!(base % page, 0, "a mapped table starts on a page");
+        for off in (0..table.len() * 8).step_by(page) {
+            assert_eq!(resident(base + off), Some(false), "page at +{off} of the table is resident before any write");
+        }
+        table[1000] = 7;
+        assert_eq!(resident(base + 8000), Some(true), "the written page is not resident");
+        assert_eq!(resident(base + 8000 + 2 * page), Some(false), "a page beyond the write became resident");
+        let buf = leak_resident::<u8>(64 * 1024).expect("buffer");
+        let base = buf.as_ptr() as usize;
+        for off in (0..buf.len()).step_by(page) {
+            assert_eq!(resident(base + off), Some(true), "page at +{off} of the resident buffer is not in memory");
+        }
+        assert!(buf.iter().all(|b| *b == 0) && table.iter().filter(|w| **w != 0).count() == 1);
+        // Small blocks come from the allocator and are zeros too.
+        assert!(leak_zeroed::<u8>(100).expect("small").iter().all(|b| *b == 0));
+    }
+
     #[test]
     #[cfg(any(target_os = "linux", target_os = "android"))]
     fn the_static_storage_a_crash_reads_first_is_mapped_once_the_buffers_are_made() {

@@ -79,8 +79,8 @@ pub fn parse_kv(text: &str) -> BTreeMap<String, String> {
 
 /// Install probe: `libdir nlibs reportdir handler|reporter`. Loads the libraries, then times one `handler::install`
 /// (default `Config`) or one `reporter::Reporter::builder(dir).enable()` (no upload URL, so no upload thread),
-/// and prints the time, the heap bytes it left allocated (counting allocator), the mapping growth and the RSS
-/// growth.
+/// and prints the time, the heap bytes it left allocated (counting allocator), the zero-filled tables it mapped
+/// outside the allocator (`handler::preallocated_mapped_bytes`), the mapping growth and the RSS growth.
 pub fn install_main(a: &[String]) -> ExitCode {
     let (Some(libdir), Some(n), Some(dir), Some(what)) = (a.first(), a.get(1), a.get(2), a.get(3)) else {
         eprintln!("bench install probe: usage: LIBDIR NLIBS REPORTDIR handler|reporter");
@@ -94,6 +94,7 @@ pub fn install_main(a: &[String]) -> ExitCode {
     let config = handler::Config::new(dir);
     let (maps0, rss0) = (mapped_bytes(), status_kb("VmRSS"));
     let a0 = alloc::snapshot();
+    let mapped0 = handler::preallocated_mapped_bytes();
     let t0 = Instant::now();
     let result = match what.as_str() {
         "handler" => handler::install(&config).map_err(|e| e.to_string()).map(|_| None),
@@ -101,6 +102,7 @@ pub fn install_main(a: &[String]) -> ExitCode {
     };
     let elapsed = t0.elapsed();
     let a1 = alloc::snapshot();
+    let mapped1 = handler::preallocated_mapped_bytes();
     let (maps1, rss1) = (mapped_bytes(), status_kb("VmRSS"));
     let _reporter = match result {
         Ok(r) => r,
@@ -114,6 +116,7 @@ pub fn install_main(a: &[String]) -> ExitCode {
     println!("heap_live={}", a1.live.saturating_sub(a0.live));
     println!("heap_total={}", a1.total - a0.total);
     println!("heap_calls={}", a1.calls - a0.calls);
+    println!("mapped={}", mapped1.saturating_sub(mapped0));
     println!("maps_delta={}", maps1.saturating_sub(maps0));
     println!("rss_delta={}", rss1.saturating_sub(rss0));
     // The stacks install maps (`map_stack` in handler/src/prealloc.rs: size rounded to pages plus one guard page

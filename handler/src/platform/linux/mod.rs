@@ -16,7 +16,7 @@ use crate::crash::capture::{Core, Text};
 use crate::crash::images::ImageTable;
 use crate::crash::raw_buf::RawBuf;
 use crate::error::InstallError;
-use crate::prealloc::{self, leak_bytes, leak_zeroed};
+use crate::prealloc::{self, leak_bytes, leak_resident, leak_zeroed};
 use core::cell::UnsafeCell;
 use core::sync::atomic::Ordering;
 use std::os::unix::ffi::OsStrExt;
@@ -163,8 +163,8 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
         release_timeout_ns: u64::from(config.release_timeout_ms) * 1_000_000,
         images,
         crash_images,
-        dirents: RawBuf::new(leak_zeroed::<u8>(DIRENT_BYTES)?),
-        page: RawBuf::new(leak_zeroed::<u8>(crash::memory::CACHE_BYTES)?),
+        dirents: RawBuf::new(leak_resident::<u8>(DIRENT_BYTES)?),
+        page: RawBuf::new(leak_resident::<u8>(crash::memory::CACHE_BYTES)?),
         mem_pipe,
         crash_stack_top: (crash_base + crash_size) & !15,
         crash_stack: (crash_base, crash_size),
