@@ -100,7 +100,7 @@ pub fn refresh_images() -> Result<usize, InstallError> {
 /// preallocation. The signal and crash stacks are not included (their sizes follow from the [`Config`]). Of these
 /// bytes only the pages written so far are resident: the buffers every crash writes are made resident at install,
 /// the tables sized for the worst case (the image lists) only as far as they are filled. 0 before the first
-/// install; an uninstall keeps them (they are never freed). Any thread, any time; not signal-safe.
+/// install; an uninstall keeps them (they are never freed). Any thread, any time; signal-safe (one atomic load).
 pub fn preallocated_mapped_bytes() -> usize {
     #[cfg(unix)]
     {

@@ -38,8 +38,8 @@ unsafe impl Zeroed for u64 {}
 #[allow(unsafe_code)]
 unsafe impl Zeroed for crate::crash::images::ImageEntry {}
 
-/// Blocks of at least this many bytes that [`leak_zeroed`] and [`leak_resident`] hand out are mapped on their own
-/// (`mmap`), smaller ones come from the allocator (`alloc_zeroed`).
+/// Blocks of at least this many bytes (and at least a page) that [`leak_zeroed`] and [`leak_resident`] hand out are
+/// mapped on their own (`mmap`), smaller ones come from the allocator (`alloc_zeroed`).
 const MAP_MIN_BYTES: usize = 16 * 1024;
 
 /// Bytes of the zero-filled blocks mapped on their own so far (their lengths rounded up to whole pages), for
@@ -59,12 +59,13 @@ pub(crate) fn mapped_bytes() -> usize {
 /// (the image lists, `config.max_images` entries for the few hundred images a process has). A first touch is a
 /// page fault the kernel serves, not an allocation (the same holds for the `MAP_NORESERVE` signal stacks).
 ///
-/// A block of at least [`MAP_MIN_BYTES`] is its own anonymous mapping, whose pages the kernel zeroes on first touch;
-/// a smaller one comes from `alloc_zeroed`. Not `calloc` for the large ones: glibc serves a `calloc` from its heap,
-/// and clears it with `memset`, whenever the block is below its mmap threshold, which rises from 128 KiB up to
-/// 32 MiB each time the process frees a large block. Any application that has freed one had every table written
-/// and resident at install: with 300 libraries loaded, about a fifth of `handler::install` went to that `memset`
-/// and its page faults (`perf`, BENCHMARKS.md).
+/// A block of at least [`MAP_MIN_BYTES`] and a page is its own anonymous mapping (on Linux, transparent huge pages
+/// refused with `MADV_NOHUGEPAGE`, so a first write makes one page resident, not 2 MiB), whose pages the kernel zeroes
+/// on first touch; a smaller one comes from `alloc_zeroed`. Not `calloc` for the large ones: glibc serves a `calloc`
+/// from its heap, and clears it with `memset`, whenever the block is below its mmap threshold, which rises from 128 KiB
+/// up to 32 MiB each time the process frees a large block. Any application that has freed one had every table written
+/// and resident at install: with 300 libraries loaded, about a fifth of `handler::install` went to that `memset` and
+/// its page faults (`perf`, BENCHMARKS.md).
 ///
 /// # Errors
 /// [`InstallError::OutOfMemory`] when the allocation or the mapping fails.
@@ -94,16 +95,21 @@ fn leak_zeroed_as<T: Zeroed>(n: usize, resident: bool) -> Result<&'static mut [T
         return Ok(&mut []);
     }
     let page = page_size();
-    if layout.size() < MAP_MIN_BYTES || layout.align() > page {
+    // Below a page (64 KiB pages on some arm64 Linux kernels) a mapping of its own would waste most of it.
+    if layout.size() < MAP_MIN_BYTES.max(page) || layout.align() > page {
         // SAFETY: `layout` has a non-zero size (checked above).
-        let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+        let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<u8>();
         if p.is_null() {
             return Err(InstallError::OutOfMemory);
         }
+        if resident {
+            // `calloc` skips its `memset` for memory fresh from the kernel, whose pages are then not resident yet.
+            // SAFETY: `p` is a fresh allocation of `layout.size()` bytes, which nothing else refers to.
+            unsafe { touch_pages(p, layout.size(), page) };
+        }
         // SAFETY: `p` is a fresh, never-freed allocation of `n` properly aligned `T`s, all bytes zero, which
-        // `Zeroed` guarantees is a valid `T`; nothing else refers to it. (A small block is written by
-        // `alloc_zeroed` or lies in pages the allocator already uses: resident either way.)
-        return Ok(unsafe { std::slice::from_raw_parts_mut(p, n) });
+        // `Zeroed` guarantees is a valid `T`; nothing else refers to it.
+        return Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<T>(), n) });
     }
     let len = layout.size().checked_next_multiple_of(page).ok_or(InstallError::OutOfMemory)?;
     #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -119,17 +125,35 @@ fn leak_zeroed_as<T: Zeroed>(n: usize, resident: bool) -> Result<&'static mut [T
     if resident {
         // After `MAP_POPULATE` these writes find every page in memory and cost no fault; they make sure of it where
         // it is not honoured (it is a hint: the mapping succeeds either way; qemu-user drops it).
-        for off in (0..len).step_by(page) {
-            // SAFETY: `off < len`: inside the fresh writable mapping made above, which nothing else refers to; a
-            // volatile write of a zero byte, so the page is really allocated (a read would map the shared zero
-            // page) and still holds zeros.
-            unsafe { core::ptr::write_volatile(p.cast::<u8>().add(off), 0) };
+        // SAFETY: `p` is the fresh writable mapping of `len` bytes made above, which nothing else refers to.
+        unsafe { touch_pages(p.cast::<u8>(), len, page) };
+    } else {
+        // Neighbouring anonymous mappings merge; with transparent huge pages set to `always`, a first write (or the
+        // kernel's background collapsing) could then make 2 MiB of a mostly empty table resident at once.
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        // SAFETY: advice on the mapping made above; no memory is read or written.
+        unsafe {
+            libc::madvise(p, len, libc::MADV_NOHUGEPAGE);
         }
     }
     // SAFETY: `p` is a fresh, never-unmapped mapping of `len >= n * size_of::<T>()` bytes, page-aligned (so aligned
     // for `T`: `align <= page` checked above), all zero, which `Zeroed` guarantees is a valid `T`; nothing else
     // refers to it.
     Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<T>(), n) })
+}
+
+/// Writes a zero byte into every page of `[p, p + len)` (and its last byte), so that each is really allocated (a
+/// read would map the shared zero page) and resident. Install time.
+///
+/// # Safety
+/// `[p, p + len)` is writable memory of the caller's that holds only zeros and that nothing else refers to.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+unsafe fn touch_pages(p: *mut u8, len: usize, page: usize) {
+    for off in (0..len).step_by(page.max(1)).chain(len.checked_sub(1)) {
+        // SAFETY: `off < len`, inside the caller's writable zeros; a volatile write of the zero already there.
+        unsafe { core::ptr::write_volatile(p.add(off), 0) };
+    }
 }
 
 /// A leaked copy of `b` (install-time text the crash path reads).
@@ -609,11 +633,6 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::io::AsRawFd;
 
-    /// After the writer's buffers are made, every page of the static storage the crash reads first (the user
-    /// table's slots, the exception and panic records, the app reason) is mapped: a crash takes no page fault on
-    /// them. The check runs in a process of its own (this test binary, running only this test), because other tests
-    /// of this process touch the same statics; under an emulator (no `process_vm_readv`, the test binary cannot be
-    /// started again directly) it runs here, where it can pass without `map_in`.
     /// A large zeroed table stays out of memory until written, even after the process freed a large block (which
     /// raises glibc's mmap threshold, after which `calloc` serves such a table from the heap and clears it with
     /// `memset`); a resident buffer is in memory at once, every page of it; both read as zeros.
@@ -641,10 +660,23 @@ mod tests {
             assert_eq!(resident(base + off), Some(true), "page at +{off} of the resident buffer is not in memory");
         }
         assert!(buf.iter().all(|b| *b == 0) && table.iter().filter(|w| **w != 0).count() == 1);
+        // A block too small to be mapped comes from the allocator, at any offset in its pages: `touch_pages` makes
+        // every page it overlaps resident, the first and the last included, and no other.
+        let lazy = leak_zeroed::<u8>(8 * page).expect("pages");
+        let base = lazy.as_ptr() as usize;
+        // SAFETY: a range inside `lazy`, which is writable, all zeros and used by nothing else.
+        unsafe { super::touch_pages((base + 2 * page - 10) as *mut u8, page + 20, page) };
+        let pages: Vec<bool> = (0..8).map(|i| resident(base + i * page) == Some(true)).collect();
+        assert_eq!(pages, [false, true, true, true, false, false, false, false], "pages made resident");
         // Small blocks come from the allocator and are zeros too.
         assert!(leak_zeroed::<u8>(100).expect("small").iter().all(|b| *b == 0));
     }
 
+    /// After the writer's buffers are made, every page of the static storage the crash reads first (the user
+    /// table's slots, the exception and panic records, the app reason) is mapped: a crash takes no page fault on
+    /// them. The check runs in a process of its own (this test binary, running only this test), because other tests
+    /// of this process touch the same statics; under an emulator (no `process_vm_readv`, the test binary cannot be
+    /// started again directly) it runs here, where it can pass without `map_in`.
     #[test]
     #[cfg(any(target_os = "linux", target_os = "android"))]
     fn the_static_storage_a_crash_reads_first_is_mapped_once_the_buffers_are_made() {

@@ -77,7 +77,7 @@ use crate::platform::darwin::crash::exc::{
 use crate::platform::darwin::crash::msg::{REPLY_BUFFER_SIZE, REQUEST_BUFFER_SIZE};
 use crate::platform::darwin::crash::policy::behavior_attempts;
 use crate::platform::darwin::crash::ports::{SavedPorts, EXC_TYPES_COUNT};
-use crate::prealloc::{self, leak_bytes, leak_zeroed};
+use crate::prealloc::{self, leak_bytes, leak_resident, leak_zeroed};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use mach2::kern_return::KERN_SUCCESS;
 use mach2::mach_port::{mach_port_allocate, mach_port_insert_right, mach_port_mod_refs};
@@ -299,13 +299,15 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     // Everything that can fail is allocated before our port is registered: once it is, every later error path must
     // hand the exceptions back (a registered port without a server would leave a crashing thread waiting forever).
     let writer_buffers = prealloc::writer_buffers(config).map_err(close_dir)?;
+    // Written only when an image carries `__crash_info` messages: its pages may wait for their first write.
     let messages = leak_zeroed::<u8>(MAX_MESSAGES * MESSAGE_BYTES).map_err(close_dir)?;
-    let suspended = leak_zeroed::<u32>(config.max_threads).map_err(close_dir)?;
+    // Written by every crash (the threads it suspends; below, the exception request and reply): resident now.
+    let suspended = leak_resident::<u32>(config.max_threads).map_err(close_dir)?;
     let words = |bytes: usize| bytes.div_ceil(4);
     let mut buffers = Vec::new();
     for _ in 0..2 {
-        let rx = leak_zeroed::<u32>(words(REQUEST_BUFFER_SIZE)).map_err(close_dir)?;
-        let tx = leak_zeroed::<u32>(words(REPLY_BUFFER_SIZE)).map_err(close_dir)?;
+        let rx = leak_resident::<u32>(words(REQUEST_BUFFER_SIZE)).map_err(close_dir)?;
+        let tx = leak_resident::<u32>(words(REPLY_BUFFER_SIZE)).map_err(close_dir)?;
         buffers.push((rx, tx));
     }
     let (alt_base, alt_size) = prealloc::map_stack(config.alt_stack_size).map_err(close_dir)?;
