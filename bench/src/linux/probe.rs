@@ -80,7 +80,8 @@ pub fn parse_kv(text: &str) -> BTreeMap<String, String> {
 /// Install probe: `libdir nlibs reportdir handler|reporter`. Loads the libraries, then times one `handler::install`
 /// (default `Config`) or one `reporter::Reporter::builder(dir).enable()` (no upload URL, so no upload thread),
 /// and prints the time, the heap bytes it left allocated (counting allocator), the zero-filled tables it mapped
-/// outside the allocator (`handler::preallocated_mapped_bytes`), the mapping growth and the RSS growth.
+/// outside the allocator (`handler::preallocated_mapped_bytes`), the mapping growth, and the growth of the RSS and of
+/// its anonymous part (`VmRSS`, `RssAnon`).
 pub fn install_main(a: &[String]) -> ExitCode {
     let (Some(libdir), Some(n), Some(dir), Some(what)) = (a.first(), a.get(1), a.get(2), a.get(3)) else {
         eprintln!("bench install probe: usage: LIBDIR NLIBS REPORTDIR handler|reporter");
@@ -92,7 +93,7 @@ pub fn install_main(a: &[String]) -> ExitCode {
         return ExitCode::from(3);
     }
     let config = handler::Config::new(dir);
-    let (maps0, rss0) = (mapped_bytes(), status_kb("VmRSS"));
+    let (maps0, rss0, anon0) = (mapped_bytes(), status_kb("VmRSS"), status_kb("RssAnon"));
     let a0 = alloc::snapshot();
     let mapped0 = handler::preallocated_mapped_bytes();
     let t0 = Instant::now();
@@ -103,7 +104,7 @@ pub fn install_main(a: &[String]) -> ExitCode {
     let elapsed = t0.elapsed();
     let a1 = alloc::snapshot();
     let mapped1 = handler::preallocated_mapped_bytes();
-    let (maps1, rss1) = (mapped_bytes(), status_kb("VmRSS"));
+    let (maps1, rss1, anon1) = (mapped_bytes(), status_kb("VmRSS"), status_kb("RssAnon"));
     let _reporter = match result {
         Ok(r) => r,
         Err(e) => {
@@ -119,6 +120,7 @@ pub fn install_main(a: &[String]) -> ExitCode {
     println!("mapped={}", mapped1.saturating_sub(mapped0));
     println!("maps_delta={}", maps1.saturating_sub(maps0));
     println!("rss_delta={}", rss1.saturating_sub(rss0));
+    println!("anon_delta={}", anon1.saturating_sub(anon0));
     // The stacks install maps (`map_stack` in handler/src/prealloc.rs: size rounded to pages plus one guard page
     // each), computed from the Config: the alternate signal stack, the crash stack, and one walk stack per walker of
     // stacks on demand (handler::ondemand::pool::WALK_STACK_BYTES).

@@ -868,15 +868,15 @@ fn install_table(ctx: &Ctx) -> Result<String, String> {
             runs.push(m);
         }
         let f = |k: &str| summarize(&runs.iter().map(|m| num(m, k)).collect::<Vec<_>>());
-        let (t, heap, mapped, stacks, maps, rss, images) =
-            (f("install_ns"), f("heap_live"), f("mapped"), f("stacks"), f("maps_delta"), f("rss_delta"), f("images"));
+        let (t, heap, mapped, stacks) = (f("install_ns"), f("heap_live"), f("mapped"), f("stacks"));
+        let (maps, rss, anon, images) = (f("maps_delta"), f("rss_delta"), f("anon_delta"), f("images"));
         let label = match (what, later) {
             ("handler", false) => "`handler::install`, first launch (creates the reserved report file)",
             ("handler", true) => "`handler::install`, later launch (claims the reservation an earlier process left)",
             _ => "`Reporter::enable` (no upload URL), first launch",
         };
         rows.push_str(&format!(
-            "| {label} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {label} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             stats::ms(t.median),
             stats::ms(t.max),
             stats::bytes(heap.max),
@@ -885,6 +885,7 @@ fn install_table(ctx: &Ctx) -> Result<String, String> {
             stats::bytes(heap.max + mapped.max + stacks.max),
             stats::bytes(maps.median),
             stats::bytes(rss.median),
+            stats::bytes(anon.median),
             images.median
         ));
         if what == "handler" {
@@ -918,10 +919,12 @@ fn install_table(ctx: &Ctx) -> Result<String, String> {
          `mmap`s (`MAP_NORESERVE`) and the walk stacks of stacks on demand (one per `Config::capture_walkers`), \
          computed from the default `Config` (sizes plus one guard page each); they are virtual until touched. Mapping \
          growth: `/proc/self/maps` after minus before (includes the tables, the stacks and the heap's own `mmap`s \
-         for large blocks, so it overlaps the other columns). RSS growth: `VmRSS` after minus before.\n\n\
+         for large blocks, so it overlaps the other columns). RSS growth: `VmRSS` after minus before, which also \
+         counts the code pages install runs for the first time; anonymous: `RssAnon` after minus before, the memory \
+         the call made resident (medians).\n\n\
          | call | median ms | max ms | heap preallocated | tables mapped | stacks mapped | total preallocated | \
-         mapping growth | RSS growth | images in the table |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n{rows}\n\
+         mapping growth | RSS growth | anonymous RSS growth | images in the table |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n{rows}\n\
          | target | figure | verdict |\n|---|---|---|\n{verdicts}\n",
         libs = o.libs,
         n = o.install_runs,
