@@ -516,17 +516,11 @@ pub(crate) fn map_stack(size: usize) -> Result<(usize, usize), InstallError> {
 #[allow(unsafe_code)]
 pub(crate) unsafe fn prefault_top(base: usize, size: usize, bytes: usize) {
     let page = page_size();
-    let pages = bytes.min(size).div_ceil(page);
-    let Some(top) = base.checked_add(size) else { return };
-    for i in 1..=pages {
-        let Some(at) = i.checked_mul(page).and_then(|o| top.checked_sub(o)) else { return };
-        if at < base {
-            return;
-        }
-        // SAFETY: `at` is inside `[base, base + size)`, which the caller owns writable and unused; a volatile
-        // write, so the page is really allocated (a read would map the shared zero page).
-        unsafe { core::ptr::write_volatile(at as *mut u8, 0) };
-    }
+    let len = bytes.min(size).div_ceil(page).saturating_mul(page).min(size);
+    let Some(from) = base.checked_add(size).and_then(|top| top.checked_sub(len)) else { return };
+    // SAFETY: `[from, from + len)` is the top of `[base, base + size)` (`len <= size`), which the caller owns
+    // writable, freshly mapped (all zeros) and unused.
+    unsafe { touch_pages(from as *mut u8, len, page) };
 }
 
 /// Whether the page holding `addr` is in memory (`mincore(2)`); `None` when it is not mapped. Tests only.
