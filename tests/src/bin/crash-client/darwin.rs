@@ -125,7 +125,11 @@ extern "C" fn hook(event: handler::test_hooks::CrashEvent, tid: u64) {
             STARTS.fetch_add(1, Ordering::AcqRel);
             COUNTING.store(true, Ordering::Release);
         }
-        CrashEvent::ThreadsStopped | CrashEvent::ThreadsListed | CrashEvent::StopDone | CrashEvent::ReportWritten => {}
+        CrashEvent::ThreadsStopped
+        | CrashEvent::ThreadsListed
+        | CrashEvent::StopDone
+        | CrashEvent::ReportWritten
+        | CrashEvent::EarlyCommit => {}
         CrashEvent::BeforeReraise => {
             COUNTING.store(false, Ordering::Release);
             if FSIZE_LIMIT.load(Ordering::Acquire) != 0 {

@@ -61,6 +61,13 @@ static LATE_COUNT: AtomicU64 = AtomicU64::new(0);
 const LEAVERS: usize = 16;
 static LEAVER_TIDS: [AtomicU64; LEAVERS] = [const { AtomicU64::new(0) }; LEAVERS];
 
+/// Early commits of the reservation (`CrashEvent::EarlyCommit`) and the thread that made the last one.
+static EARLY_COMMITS: AtomicU64 = AtomicU64::new(0);
+static EARLY_COMMIT_TID: AtomicU64 = AtomicU64::new(0);
+/// Trigger `early_commit`: the `ReportWritten` hook waits (bounded) for the early commit, so that a stopped thread
+/// slow to reach it (preempted on a busy machine) is still counted before the process dies.
+static WAIT_FOR_EARLY: AtomicBool = AtomicBool::new(false);
+
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: valid out-pointer; clock_gettime is async-signal-safe.
@@ -203,8 +210,24 @@ extern "C" fn hook(event: handler::test_hooks::CrashEvent, tid: u64) {
                 }
             }
         }
+        CrashEvent::EarlyCommit => {
+            EARLY_COMMIT_TID.store(tid, Ordering::Release);
+            EARLY_COMMITS.fetch_add(1, Ordering::AcqRel);
+        }
+        CrashEvent::ReportWritten => {
+            if WAIT_FOR_EARLY.load(Ordering::Acquire) {
+                let ts = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+                for _ in 0..2000 {
+                    if EARLY_COMMITS.load(Ordering::Acquire) > 0 {
+                        break;
+                    }
+                    // SAFETY: valid timespec; nanosleep is async-signal-safe.
+                    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+                }
+            }
+        }
         // Phase marks, used by the benchmarks only.
-        CrashEvent::ThreadsListed | CrashEvent::StopDone | CrashEvent::ReportWritten => {}
+        CrashEvent::ThreadsListed | CrashEvent::StopDone => {}
         CrashEvent::BeforeReraise => {
             COUNTING.store(false, Ordering::Release);
             if FSIZE_LIMIT.load(Ordering::Acquire) != 0 {
@@ -225,6 +248,8 @@ extern "C" fn hook(event: handler::test_hooks::CrashEvent, tid: u64) {
                 (b"handler_tid ", tid),
                 (b"crash_us ", monotonic_ns().saturating_sub(START_NS.load(Ordering::Acquire)) / 1000),
                 (b"ticks ", TICKS.load(Ordering::Acquire)),
+                (b"early_commits ", EARLY_COMMITS.load(Ordering::Acquire)),
+                (b"early_commit_tid ", EARLY_COMMIT_TID.load(Ordering::Acquire)),
             ] {
                 raw_write(fd, key);
                 raw_write(fd, itoa(v, &mut b));
@@ -1007,6 +1032,15 @@ fn run_trigger(trigger: &str, dir: &std::path::Path) {
             park_threads(200);
             trigger_null_deref();
         }
+        "early_commit" => {
+            WAIT_FOR_EARLY.store(true, Ordering::Release);
+            park_threads(2);
+            trigger_null_deref();
+        }
+        "parked" => {
+            park_threads(2);
+            trigger_null_deref();
+        }
         "alloc_loop" => {
             let started = Arc::new(Barrier::new(2));
             let s = Arc::clone(&started);
@@ -1155,7 +1189,7 @@ pub fn main() {
     let cxx = trigger.starts_with("cxx_").then(|| load_cxx_library(&dir));
     let mut config = handler::Config::new(&dir);
     config.app_id = "crash-client".into();
-    // The reserved report file (off by default): the crash matrix runs through it.
+    // The reserved report file (the default, set here so the crash matrix runs through it whatever the default).
     config.reserved_report_bytes = 64 * 1024;
     if let Err(e) = handler::install(&config) {
         eprintln!("install failed: {e}");

@@ -99,6 +99,19 @@ fn timespec(ns: u64) -> libc::timespec {
     libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long }
 }
 
+/// `fdatasync(2)`, the raw system call: glibc's wrapper is a cancellation point, which a signal handler must not
+/// reach (a thread with a pending `pthread_cancel` would be unwound from inside the handler). `true` on success.
+pub fn fdatasync(fd: i32) -> bool {
+    // SAFETY: a plain system call on an integer descriptor; no memory arguments.
+    unsafe { libc::syscall(libc::SYS_fdatasync, fd) == 0 }
+}
+
+/// `close(2)`, the raw system call (glibc's wrapper is a cancellation point too).
+pub fn close(fd: i32) {
+    // SAFETY: as above; the caller owns `fd`.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+}
+
 /// `FUTEX_WAIT_PRIVATE`: sleeps while `*word == expected`, at most `timeout_ns` nanoseconds (relative).
 /// Returns early on a wake, a signal, or when the value already differs.
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: u64) {
