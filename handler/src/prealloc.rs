@@ -219,8 +219,8 @@ pub(crate) fn open_report_dir(dir: &Path, reserve_bytes: usize) -> Result<i32, I
 /// Without a spare: creates `.<pid hex>-<time hex>.reserved` (0600, `O_EXCL`), locks it, writes `bytes` zeros so
 /// its blocks get allocated (on Linux and 64-bit Android, writeback is started at once with `sync_file_range`,
 /// without waiting). No `fsync`: it would cost launch time, and the file system commits the file within seconds
-/// anyway. A crash before then commits the creation early on Linux and Android: one stopped thread `fdatasync`s a
-/// second descriptor of the file while the owner still works ([`hand_over_early_commit`]).
+/// anyway. A crash before then has it committed early on Linux and Android: one stopped thread `fdatasync`s a
+/// second descriptor of the file while the owner still works ([`hand_over_early_sync`], for either file).
 ///
 /// # Errors
 /// The `errno` of the failing call; a created file is then removed and nothing is reserved.
@@ -232,6 +232,8 @@ pub(crate) fn reserve_report_file(dir: &Path, dir_fd: i32, bytes: usize) -> Resu
     let Ok(pid) = i32::try_from(pid) else { return Err(libc::EINVAL) };
     if let Some((fd, name)) = claim_spare(dir, dir_fd, bytes) {
         if crate::crash::writer::set_reserved(fd, pid, name.as_bytes()) {
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            hand_over_early_sync(fd);
             return Ok(());
         }
         // SAFETY: closing the descriptor `claim_spare` opened, which nothing else uses; the file stays a spare.
@@ -288,33 +290,21 @@ pub(crate) fn reserve_report_file(dir: &Path, dir_fd: i32, bytes: usize) -> Resu
         return fail(libc::ENAMETOOLONG);
     }
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    hand_over_early_commit(fd);
+    hand_over_early_sync(fd);
     Ok(())
 }
 
-/// How long after install a reservation created then is committed early by the crash (`EARLY_COMMIT_WINDOW_NS`,
-/// nanoseconds): by then the file system has committed its creation on its own (ext4's journal within 5 s, f2fs's
-/// checkpoint within 60 s by default), and an early `fdatasync` would only flush the drive's cache once more.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-const EARLY_COMMIT_WINDOW_NS: u64 = 60_000_000_000;
-
-/// Hands the crash path a descriptor of its own of the reservation `fd` just created, for its early commit
-/// (`crash::writer::set_early_commit`): one `fcntl(F_DUPFD_CLOEXEC)`. Without a descriptor to spare nothing is
-/// handed over, and the crash commits the file's creation in its own `fdatasync`, as without this.
+/// Hands the crash path a descriptor of its own of the reservation `fd` (claimed or created), for its early sync
+/// (`crash::writer::set_early_sync`): one `fcntl(F_DUPFD_CLOEXEC)`. Without a descriptor to spare nothing is handed
+/// over, and the crash's own `fdatasync` does all the work, as without it.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 #[allow(unsafe_code)]
-fn hand_over_early_commit(fd: i32) {
+fn hand_over_early_sync(fd: i32) {
     // SAFETY: `fd` is open; F_DUPFD_CLOEXEC has no memory arguments.
     let early = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-    if early < 0 {
-        return;
+    if early >= 0 {
+        crate::crash::writer::set_early_sync(early);
     }
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    let now = u64::try_from(ts.tv_sec).unwrap_or(0).saturating_mul(1_000_000_000);
-    let now = now.saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0));
-    crate::crash::writer::set_early_commit(early, now.saturating_add(EARLY_COMMIT_WINDOW_NS));
 }
 
 /// Finds and claims a spare reservation in `dir` (open as `dir_fd`): a `.*.reserved` file (name under 64 bytes)

@@ -23,7 +23,7 @@ extern "C" fn our_hook(event: CrashEvent, _tid: u64) {
             sys::store(sys::slot::WRITTEN_CPU, sys::thread_cpu_ns());
         }
         CrashEvent::BeforeReraise => sys::store(sys::slot::DONE, sys::now_ns()),
-        CrashEvent::ThreadsStopped | CrashEvent::EarlyCommit => {}
+        CrashEvent::ThreadsStopped | CrashEvent::EarlySync => {}
     }
 }
 

@@ -24,10 +24,10 @@ pub enum CrashEvent {
     StopDone = 5,
     /// Every section is encoded and written to the file (not yet `fsync`ed); the commit is next.
     ReportWritten = 6,
-    /// A stopped thread is about to commit the reservation install created at this launch (Linux: its early
-    /// commit, `crash::writer::set_early_commit`); `tid` is that thread's, not the owner's, and the owner goes on
-    /// meanwhile. At most once per process.
-    EarlyCommit = 7,
+    /// A stopped thread is about to `fdatasync` the reserved report file early (Linux: `crash::writer::
+    /// set_early_sync`); `tid` is that thread's, not the owner's, and the owner goes on meanwhile. At most once per
+    /// process.
+    EarlySync = 7,
 }
 
 /// A crash hook. It runs inside a signal handler: it must be async-signal-safe, must not allocate and must not

@@ -10,9 +10,9 @@
 //! The first report of a process goes into the file reserved at install ([`take_reserved`]): all zeros and locked
 //! then (an earlier process's unused one, or created and filled with zeros), so the crash writes into blocks
 //! already allocated, `fdatasync`s once and renames, with no file creation, no `ftruncate` (the zeros after the
-//! report stay: format 2.4 zero padding, SCHEMA.md §2) and no directory `fsync` after the fault ([`commit`]). A
-//! reservation created at this launch is committed early on Linux and Android by a thread that answered the stop
-//! signal ([`set_early_commit`], [`take_early_commit`]).
+//! report stay: format 2.4 zero padding, SCHEMA.md §2) and no directory `fsync` after the fault ([`commit`]). On
+//! Linux and Android a thread that answered the stop signal `fdatasync`s the file early, while the owner works
+//! ([`set_early_sync`], [`take_early_sync`]).
 //!
 //! POSIX only (`write`, `fsync`, `fdatasync`, `openat`, `renameat`, `close` are async-signal-safe per
 //! POSIX.1-2017 §2.4.3), so Linux and Apple share it. Never allocates, locks or panics.
@@ -25,7 +25,7 @@ use crate::crash::threads::{ThreadTable, CAPTURED, LEFT};
 use crate::crash::user_table::{self, Snapshot};
 use crate::unwind::{self, MemoryReader, Repeat, RuleCache, WalkOptions};
 use core::cell::Cell;
-use core::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 use report_format::encode::{
     frame_registers, EncodeError, Encoder, Exception, ImageLookup, IndexedImage, KeyValue, Message, Meta, Sink,
     SinkError, Thread,
@@ -256,8 +256,8 @@ static RESERVED_NAME: [AtomicU8; 64] = [const { AtomicU8::new(0) }; 64];
 /// Install time: hands the crash path the report file reserved in the report directory: `fd` (open for reading and
 /// writing at offset 0, its blocks written), created by process `pid` under `name` (at most 63 bytes, no NUL).
 /// A reservation already set is replaced and its descriptor closed (its file is the caller's to remove), and so is
-/// the descriptor of its early commit ([`set_early_commit`]). Returns `false` (and sets nothing) when the name is
-/// too long.
+/// the descriptor of its early sync ([`set_early_sync`]). Returns `false` (and sets nothing) when the name is too
+/// long.
 pub fn set_reserved(fd: i32, pid: i32, name: &[u8]) -> bool {
     if name.len() >= RESERVED_NAME.len() || name.contains(&0) {
         return false;
@@ -266,8 +266,8 @@ pub fn set_reserved(fd: i32, pid: i32, name: &[u8]) -> bool {
         slot.store(name.get(i).copied().unwrap_or(0), Ordering::Relaxed);
     }
     RESERVED_PID.store(pid, Ordering::Relaxed);
-    // An early commit belongs to the reservation it was set for.
-    set_early_commit(-1, 0);
+    // An early sync belongs to the reservation it was set for.
+    set_early_sync(-1);
     let old = RESERVED_FD.swap(fd, Ordering::AcqRel);
     if old >= 0 {
         // SAFETY: the replaced reservation's descriptor is ours; nobody else uses it.
@@ -292,42 +292,40 @@ pub fn take_reserved(pid: i32) -> Option<(i32, [u8; 64])> {
     Some((fd, reserved_name()))
 }
 
-/// The early commit of a reservation install created at this launch ([`set_early_commit`]): a descriptor of its
-/// own of that file (-1: none, or taken) and the `CLOCK_MONOTONIC` time in nanoseconds after which the file system
-/// has committed the file's creation on its own, so an early commit would only add a cache flush.
-static EARLY_COMMIT_FD: AtomicI32 = AtomicI32::new(-1);
-static EARLY_COMMIT_UNTIL_NS: AtomicU64 = AtomicU64::new(0);
+/// A descriptor of its own of the reservation for its early sync ([`set_early_sync`]); -1: none, or taken.
+static EARLY_SYNC_FD: AtomicI32 = AtomicI32::new(-1);
 
-/// Install time, after [`set_reserved`] of a file created at this launch (Linux and Android): hands the crash path
-/// `fd`, a descriptor of its own of that file (a `dup`, never the reservation's, which the owner closes in
-/// [`commit`]), worth committing early until `until_ns` (`CLOCK_MONOTONIC`, nanoseconds).
+/// Install time, after [`set_reserved`] (Linux and Android): hands the crash path `fd`, a descriptor of its own of
+/// the reserved file (a `dup`, never the reservation's, which the owner closes in [`commit`]), for one thread that
+/// has already answered the stop signal to `fdatasync` while the owner still stops threads, walks and encodes
+/// ([`take_early_sync`]). It takes work off the owner's `fdatasync`, which alone makes the report durable:
+/// - a file created at this launch: its inode, directory entry and block allocation, which the file system
+///   commits on its own only later (ext4's journal within 5 s, f2fs's checkpoint within 60 s by default), and which
+///   the owner's `fdatasync` would otherwise have to commit before its data;
+/// - any file: the drive's cache flush after idle, which wakes the storage path (a power-saving drive; on the
+///   development VM a sync after 200 ms of idle costs about 4x one right after another: BENCHMARKS.md, disk
+///   floors), so the owner's flush meets it awake.
 ///
-/// Why: a new file's inode, directory entry and block allocation are not on the disk until the file system
-/// commits them (ext4's journal every 5 s, f2fs's checkpoint every 60 s), and the crash's `fdatasync` has to wait
-/// for that commit before its own data (BENCHMARKS.md: 0.09-0.18 ms more than a reservation an earlier launch
-/// left). A thread that has already answered the stop signal commits the creation with [`take_early_commit`]
-/// while the owner is still stopping threads, walking and encoding, so the owner's `fdatasync` finds it done.
 /// A descriptor set before is closed.
-pub fn set_early_commit(fd: i32, until_ns: u64) {
-    EARLY_COMMIT_UNTIL_NS.store(until_ns, Ordering::Relaxed);
-    let old = EARLY_COMMIT_FD.swap(fd, Ordering::AcqRel);
+pub fn set_early_sync(fd: i32) {
+    let old = EARLY_SYNC_FD.swap(fd, Ordering::AcqRel);
     if old >= 0 {
         // SAFETY: the replaced descriptor was handed over to us; nobody else uses it.
         unsafe { libc::close(old) };
     }
 }
 
-/// Crash time: takes the descriptor of [`set_early_commit`] for a crash of process `pid`, once (the first caller
-/// gets it and must close it), with the time until which committing it is worth it. `None` when there is none,
-/// it was taken, or `pid` is not the process that reserved the file (a child after `fork` shares the descriptor).
+/// Crash time: takes the descriptor of [`set_early_sync`] for a crash of process `pid`, once (the first caller gets
+/// it and must close it). `None` when there is none, it was taken, or `pid` is not the process that reserved the
+/// file (a child after `fork` shares the descriptor).
 ///
 /// Signal-safe: atomics only.
-pub fn take_early_commit(pid: i32) -> Option<(i32, u64)> {
-    if RESERVED_PID.load(Ordering::Relaxed) != pid || EARLY_COMMIT_FD.load(Ordering::Relaxed) < 0 {
+pub fn take_early_sync(pid: i32) -> Option<i32> {
+    if RESERVED_PID.load(Ordering::Relaxed) != pid || EARLY_SYNC_FD.load(Ordering::Relaxed) < 0 {
         return None;
     }
-    let fd = EARLY_COMMIT_FD.swap(-1, Ordering::AcqRel);
-    (fd >= 0).then(|| (fd, EARLY_COMMIT_UNTIL_NS.load(Ordering::Relaxed)))
+    let fd = EARLY_SYNC_FD.swap(-1, Ordering::AcqRel);
+    (fd >= 0).then_some(fd)
 }
 
 /// The reservation's name (NUL-terminated: [`set_reserved`] stores 63 bytes at most). Signal-safe: atomic loads.
@@ -340,9 +338,9 @@ fn reserved_name() -> [u8; 64] {
 }
 
 /// Uninstall: closes the reservation's descriptor and removes its file from `dir_fd`, unless a crash took it, and
-/// closes the descriptor of its early commit ([`set_early_commit`]).
+/// closes the descriptor of its early sync ([`set_early_sync`]).
 pub fn release_reserved(dir_fd: i32) {
-    set_early_commit(-1, 0);
+    set_early_sync(-1);
     let fd = RESERVED_FD.swap(-1, Ordering::AcqRel);
     if fd < 0 {
         return;
@@ -874,11 +872,11 @@ mod tests {
         (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
     }
 
-    /// The early commit's descriptor goes to one caller, only for a crash of the process that reserved the file;
-    /// a new reservation closes the one handed over for the file before it. (The only unit test of the reservation
+    /// The early sync's descriptor goes to one caller, only for a crash of the process that reserved the file; a
+    /// new reservation closes the one handed over for the file before it. (The only unit test of the reservation
     /// statics: nothing else in this binary sets them.)
     #[test]
-    fn the_early_commit_is_taken_once_by_the_reserving_process_and_dropped_with_its_reservation() {
+    fn the_early_sync_is_taken_once_by_the_reserving_process_and_dropped_with_its_reservation() {
         use std::os::fd::IntoRawFd;
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().expect("tempdir");
@@ -890,18 +888,18 @@ mod tests {
         let ino = |n: &str| std::fs::metadata(dir.path().join(n)).expect("stat").ino();
         let pid = i32::try_from(std::process::id()).expect("pid");
         assert!(set_reserved(open(".1-a.reserved"), pid, b".1-a.reserved"));
-        set_early_commit(open(".1-a.reserved"), 42);
-        assert_eq!(take_early_commit(pid + 1), None, "another process (a child after fork)");
-        let (fd, until) = take_early_commit(pid).expect("the reserving process takes it");
-        assert_eq!((inode_of(fd), until), (Some(ino(".1-a.reserved")), 42));
-        assert_eq!(take_early_commit(pid), None, "once");
+        set_early_sync(open(".1-a.reserved"));
+        assert_eq!(take_early_sync(pid + 1), None, "another process (a child after fork)");
+        let fd = take_early_sync(pid).expect("the reserving process takes it");
+        assert_eq!(inode_of(fd), Some(ino(".1-a.reserved")));
+        assert_eq!(take_early_sync(pid), None, "once");
         // SAFETY: the descriptor is ours since the take.
         unsafe { libc::close(fd) };
 
-        set_early_commit(open(".1-a.reserved"), 7);
-        let dropped = EARLY_COMMIT_FD.load(Ordering::Acquire);
+        set_early_sync(open(".1-a.reserved"));
+        let dropped = EARLY_SYNC_FD.load(Ordering::Acquire);
         assert!(set_reserved(open(".2-b.reserved"), pid, b".2-b.reserved"));
-        assert_eq!(take_early_commit(pid), None, "a new reservation drops the early commit of the one before");
+        assert_eq!(take_early_sync(pid), None, "a new reservation drops the early sync of the one before");
         assert_ne!(inode_of(dropped), Some(ino(".1-a.reserved")), "and closes its descriptor");
         let (fd, _) = take_reserved(pid).expect("the reservation");
         assert_eq!(inode_of(fd), Some(ino(".2-b.reserved")));

@@ -129,7 +129,7 @@ extern "C" fn hook(event: handler::test_hooks::CrashEvent, tid: u64) {
         | CrashEvent::ThreadsListed
         | CrashEvent::StopDone
         | CrashEvent::ReportWritten
-        | CrashEvent::EarlyCommit => {}
+        | CrashEvent::EarlySync => {}
         CrashEvent::BeforeReraise => {
             COUNTING.store(false, Ordering::Release);
             if FSIZE_LIMIT.load(Ordering::Acquire) != 0 {

@@ -61,11 +61,11 @@ static LATE_COUNT: AtomicU64 = AtomicU64::new(0);
 const LEAVERS: usize = 16;
 static LEAVER_TIDS: [AtomicU64; LEAVERS] = [const { AtomicU64::new(0) }; LEAVERS];
 
-/// Early commits of the reservation (`CrashEvent::EarlyCommit`) and the thread that made the last one.
-static EARLY_COMMITS: AtomicU64 = AtomicU64::new(0);
-static EARLY_COMMIT_TID: AtomicU64 = AtomicU64::new(0);
-/// Trigger `early_commit`: the `ReportWritten` hook waits (bounded) for the early commit, so that a stopped thread
-/// slow to reach it (preempted on a busy machine) is still counted before the process dies.
+/// Early syncs of the reserved file (`CrashEvent::EarlySync`) and the thread that made the last one.
+static EARLY_SYNCS: AtomicU64 = AtomicU64::new(0);
+static EARLY_SYNC_TID: AtomicU64 = AtomicU64::new(0);
+/// Trigger `parked`: the `ReportWritten` hook waits (bounded) for the early sync, so that a stopped thread slow to
+/// reach it (preempted on a busy machine) is still counted before the process dies.
 static WAIT_FOR_EARLY: AtomicBool = AtomicBool::new(false);
 
 fn monotonic_ns() -> u64 {
@@ -210,15 +210,15 @@ extern "C" fn hook(event: handler::test_hooks::CrashEvent, tid: u64) {
                 }
             }
         }
-        CrashEvent::EarlyCommit => {
-            EARLY_COMMIT_TID.store(tid, Ordering::Release);
-            EARLY_COMMITS.fetch_add(1, Ordering::AcqRel);
+        CrashEvent::EarlySync => {
+            EARLY_SYNC_TID.store(tid, Ordering::Release);
+            EARLY_SYNCS.fetch_add(1, Ordering::AcqRel);
         }
         CrashEvent::ReportWritten => {
             if WAIT_FOR_EARLY.load(Ordering::Acquire) {
                 let ts = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
                 for _ in 0..2000 {
-                    if EARLY_COMMITS.load(Ordering::Acquire) > 0 {
+                    if EARLY_SYNCS.load(Ordering::Acquire) > 0 {
                         break;
                     }
                     // SAFETY: valid timespec; nanosleep is async-signal-safe.
@@ -248,8 +248,8 @@ extern "C" fn hook(event: handler::test_hooks::CrashEvent, tid: u64) {
                 (b"handler_tid ", tid),
                 (b"crash_us ", monotonic_ns().saturating_sub(START_NS.load(Ordering::Acquire)) / 1000),
                 (b"ticks ", TICKS.load(Ordering::Acquire)),
-                (b"early_commits ", EARLY_COMMITS.load(Ordering::Acquire)),
-                (b"early_commit_tid ", EARLY_COMMIT_TID.load(Ordering::Acquire)),
+                (b"early_syncs ", EARLY_SYNCS.load(Ordering::Acquire)),
+                (b"early_sync_tid ", EARLY_SYNC_TID.load(Ordering::Acquire)),
             ] {
                 raw_write(fd, key);
                 raw_write(fd, itoa(v, &mut b));
@@ -1032,12 +1032,8 @@ fn run_trigger(trigger: &str, dir: &std::path::Path) {
             park_threads(200);
             trigger_null_deref();
         }
-        "early_commit" => {
-            WAIT_FOR_EARLY.store(true, Ordering::Release);
-            park_threads(2);
-            trigger_null_deref();
-        }
         "parked" => {
+            WAIT_FOR_EARLY.store(true, Ordering::Release);
             park_threads(2);
             trigger_null_deref();
         }

@@ -505,8 +505,8 @@ fn rename_report(dir_fd: i32, from: &[u8; 64], to: &[u8; 64]) -> bool {
     }
 }
 
-/// Handler of the stop signal: store this thread's registers in its slot, answer, commit a reservation created at
-/// this launch early if no other thread took that job ([`early_commit`]), then wait (bounded) for release.
+/// Handler of the stop signal: store this thread's registers in its slot, answer, sync the reserved report file
+/// early if no other thread took that job ([`early_sync`]), then wait (bounded) for release.
 ///
 /// # Safety
 /// Called by the kernel as an `SA_SIGINFO` handler: `uc` is null or valid.
@@ -528,7 +528,7 @@ pub unsafe extern "C" fn stop_handler(_sig: libc::c_int, info: *mut libc::siginf
             if table.answer() {
                 sys::futex_wake(&table.answers, 1);
             }
-            early_commit(st);
+            early_sync(st);
             if !wait_release(st, gen) {
                 // Going on unreleased: not while the owner reads this stack with plain loads (bounded by one
                 // more release timeout; a walk only reads memory and ends within milliseconds).
@@ -542,18 +542,20 @@ pub unsafe extern "C" fn stop_handler(_sig: libc::c_int, info: *mut libc::siginf
     set_errno(saved_errno);
 }
 
-/// Commits the creation of the reservation install made at this launch (`writer::set_early_commit`), on the
-/// first stopped thread to get here after its answer: its `fdatasync` runs while the owner stops the other
-/// threads, walks and encodes, so the owner's own `fdatasync` finds the file's inode, directory entry and block
-/// allocation on the disk and writes the report alone (BENCHMARKS.md, "early commit"). The owner never waits for
-/// it: this thread answered already, and the report is durable by the owner's `fdatasync` only, early commit or
-/// not. Past the window (the file system committed the file on its own) the descriptor is only closed.
-fn early_commit(st: &State) {
-    let Some((fd, until_ns)) = writer::take_early_commit(st.stop_sender.load(Ordering::Acquire)) else { return };
-    if sys::monotonic_ns() < until_ns {
-        hooks::call(CrashEvent::EarlyCommit, sys::gettid());
-        sys::fdatasync(fd);
-    }
+/// Syncs the reserved report file early (`writer::set_early_sync`), on the first stopped thread to get here after
+/// its answer: its `fdatasync` runs while the owner stops the other threads, walks and encodes. For a file created
+/// at this launch it commits the file's inode, directory entry and block allocation; for any file it flushes the
+/// drive's cache after idle. The owner's own `fdatasync` then writes the report alone (BENCHMARKS.md, "early
+/// sync"). The owner never waits for it: this thread answered already, and the report is durable by the owner's
+/// `fdatasync` only, early sync or not.
+///
+/// The stop signal usually woke this thread on the owner's CPU and preempted the owner, so it first gives the CPU
+/// back (`sched_yield`): the sync's system call runs when a CPU is free, not in the owner's stop round.
+fn early_sync(st: &State) {
+    let Some(fd) = writer::take_early_sync(st.stop_sender.load(Ordering::Acquire)) else { return };
+    hooks::call(CrashEvent::EarlySync, sys::gettid());
+    sys::sched_yield();
+    sys::fdatasync(fd);
     sys::close(fd);
 }
 

@@ -106,6 +106,12 @@ pub fn fdatasync(fd: i32) -> bool {
     unsafe { libc::syscall(libc::SYS_fdatasync, fd) == 0 }
 }
 
+/// `sched_yield(2)`: lets another runnable thread have this CPU.
+pub fn sched_yield() {
+    // SAFETY: no arguments; cannot fail on Linux.
+    unsafe { libc::syscall(libc::SYS_sched_yield) };
+}
+
 /// `close(2)`, the raw system call (glibc's wrapper is a cancellation point too).
 pub fn close(fd: i32) {
     // SAFETY: as above; the caller owns `fd`.
