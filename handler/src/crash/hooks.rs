@@ -24,14 +24,15 @@ pub enum CrashEvent {
     StopDone = 5,
     /// Every section is encoded and written to the file (not yet `fsync`ed); the commit is next.
     ReportWritten = 6,
-    /// A stopped thread is about to `fdatasync` the reserved report file early (Linux: `crash::writer::
-    /// set_early_sync`); `tid` is that thread's, not the owner's, and the owner goes on meanwhile. At most once per
-    /// process.
+    /// A stopped thread `fdatasync`ed the reserved report file early, successfully (Linux:
+    /// `crash::writer::set_early_sync`). Called on that thread, not the owner (`tid` is that thread's), while the
+    /// owner goes on: this hook can run at the same time as the owner's. At most once per reservation.
     EarlySync = 7,
 }
 
-/// A crash hook. It runs inside a signal handler: it must be async-signal-safe, must not allocate and must not
-/// panic. `tid` is the kernel id of the thread handling the crash.
+/// A crash hook. It runs inside a signal handler, possibly on a small alternate stack: it must be
+/// async-signal-safe, must not allocate and must not panic. `tid` is the kernel id of the thread it runs on: the
+/// thread handling the crash, except for [`CrashEvent::EarlySync`].
 pub type CrashHook = extern "C" fn(event: CrashEvent, tid: u64);
 
 static HOOK: AtomicUsize = AtomicUsize::new(0);

@@ -25,7 +25,7 @@ use crate::crash::threads::{ThreadTable, CAPTURED, LEFT};
 use crate::crash::user_table::{self, Snapshot};
 use crate::unwind::{self, MemoryReader, Repeat, RuleCache, WalkOptions};
 use core::cell::Cell;
-use core::sync::atomic::{AtomicI32, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 use report_format::encode::{
     frame_registers, EncodeError, Encoder, Exception, ImageLookup, IndexedImage, KeyValue, Message, Meta, Sink,
     SinkError, Thread,
@@ -292,8 +292,55 @@ pub fn take_reserved(pid: i32) -> Option<(i32, [u8; 64])> {
     Some((fd, reserved_name()))
 }
 
-/// A descriptor of its own of the reservation for its early sync ([`set_early_sync`]); -1: none, or taken.
-static EARLY_SYNC_FD: AtomicI32 = AtomicI32::new(-1);
+/// The early sync's hand-over ([`set_early_sync`]): a descriptor of its own of the reservation (-1: none, or
+/// taken), and whether the owner's [`commit`] has begun (an early sync not begun by then is left out).
+struct EarlySync {
+    fd: AtomicI32,
+    commit_begun: AtomicBool,
+}
+
+impl EarlySync {
+    const fn new() -> Self {
+        EarlySync { fd: AtomicI32::new(-1), commit_begun: AtomicBool::new(false) }
+    }
+
+    /// Hands over `fd` (-1: none), closing a descriptor handed over before.
+    fn set(&self, fd: i32) {
+        if fd >= 0 {
+            self.commit_begun.store(false, Ordering::SeqCst);
+        }
+        let old = self.fd.swap(fd, Ordering::AcqRel);
+        if old >= 0 {
+            // SAFETY: the replaced descriptor was handed over to us; nobody else uses it.
+            unsafe { libc::close(old) };
+        }
+    }
+
+    /// The descriptor, once, for a crash of process `pid` when `reserving_pid` reserved the file.
+    fn take(&self, pid: i32, reserving_pid: i32) -> Option<i32> {
+        if pid != reserving_pid || self.fd.load(Ordering::Relaxed) < 0 {
+            return None;
+        }
+        let fd = self.fd.swap(-1, Ordering::AcqRel);
+        (fd >= 0).then_some(fd)
+    }
+
+    fn wanted(&self) -> bool {
+        !self.commit_begun.load(Ordering::SeqCst)
+    }
+
+    /// The commit begins: no early sync starts from now on; a descriptor nobody took is closed.
+    fn end(&self) {
+        self.commit_begun.store(true, Ordering::SeqCst);
+        let fd = self.fd.swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            // SAFETY: the swap made the untaken descriptor ours alone.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+static EARLY_SYNC: EarlySync = EarlySync::new();
 
 /// Install time, after [`set_reserved`] (Linux and Android): hands the crash path `fd`, a descriptor of its own of
 /// the reserved file (a `dup`, never the reservation's, which the owner closes in [`commit`]), for one thread that
@@ -304,15 +351,14 @@ static EARLY_SYNC_FD: AtomicI32 = AtomicI32::new(-1);
 ///   the owner's `fdatasync` would otherwise have to commit before its data;
 /// - any file: the drive's cache flush after idle, which wakes the storage path (a power-saving drive; on the
 ///   development VM a sync after 200 ms of idle costs about 4x one right after another: BENCHMARKS.md, disk
-///   floors), so the owner's flush meets it awake.
+///   floors), so the owner's flush usually meets it awake.
 ///
-/// A descriptor set before is closed.
+/// The owner does not wait for it, but it can meet it: where `fsync` holds the inode's lock while it writes (ext4
+/// without a journal, as on the development VM; btrfs; FAT), the owner's `write` into the file waits until that
+/// part is done; and the process's exit waits for a flush in progress (the thread sleeps uninterruptibly in it).
+/// A sync not begun when the owner's [`commit`] begins is left out. A descriptor set before is closed.
 pub fn set_early_sync(fd: i32) {
-    let old = EARLY_SYNC_FD.swap(fd, Ordering::AcqRel);
-    if old >= 0 {
-        // SAFETY: the replaced descriptor was handed over to us; nobody else uses it.
-        unsafe { libc::close(old) };
-    }
+    EARLY_SYNC.set(fd);
 }
 
 /// Crash time: takes the descriptor of [`set_early_sync`] for a crash of process `pid`, once (the first caller gets
@@ -321,11 +367,14 @@ pub fn set_early_sync(fd: i32) {
 ///
 /// Signal-safe: atomics only.
 pub fn take_early_sync(pid: i32) -> Option<i32> {
-    if RESERVED_PID.load(Ordering::Relaxed) != pid || EARLY_SYNC_FD.load(Ordering::Relaxed) < 0 {
-        return None;
-    }
-    let fd = EARLY_SYNC_FD.swap(-1, Ordering::AcqRel);
-    (fd >= 0).then_some(fd)
+    EARLY_SYNC.take(pid, RESERVED_PID.load(Ordering::Relaxed))
+}
+
+/// Crash time, on the thread that took the early sync, right before its `fdatasync`: `false` once the owner's
+/// [`commit`] has begun (its own `fdatasync` does the work then; a second one would only hold up the process's
+/// exit). Signal-safe: one atomic load.
+pub fn early_sync_wanted() -> bool {
+    EARLY_SYNC.wanted()
 }
 
 /// The reservation's name (NUL-terminated: [`set_reserved`] stores 63 bytes at most). Signal-safe: atomic loads.
@@ -439,6 +488,11 @@ pub enum FileKind {
 /// # Errors
 /// The `errno` of the first call that failed; `EIO` when the head is missing or damaged.
 pub fn commit(dir_fd: i32, fd: i32, names: &ReportNames, kind: FileKind) -> Result<(), i32> {
+    if kind == FileKind::Reserved {
+        // No early sync starts from now on (it would only hold up the exit); an untaken descriptor is closed (a
+        // process without other threads: it would otherwise outlive the reservation it was made for).
+        EARLY_SYNC.end();
+    }
     // SAFETY: plain syscalls on descriptors we own; names are NUL-terminated fixed buffers.
     unsafe {
         // Where the writes ended: the report's length (a reservation's zeros lie beyond it).
@@ -873,10 +927,10 @@ mod tests {
     }
 
     /// The early sync's descriptor goes to one caller, only for a crash of the process that reserved the file; a
-    /// new reservation closes the one handed over for the file before it. (The only unit test of the reservation
-    /// statics: nothing else in this binary sets them.)
+    /// new hand-over closes the one before; once the commit begins, no sync is wanted and an untaken descriptor is
+    /// closed; the next hand-over wants one again. (A local hand-over: `commit` in other tests ends the static one.)
     #[test]
-    fn the_early_sync_is_taken_once_by_the_reserving_process_and_dropped_with_its_reservation() {
+    fn the_early_sync_is_taken_once_by_the_reserving_process_and_ends_with_the_commit() {
         use std::os::fd::IntoRawFd;
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().expect("tempdir");
@@ -886,25 +940,28 @@ mod tests {
             o.open(dir.path().join(n)).expect("open").into_raw_fd()
         };
         let ino = |n: &str| std::fs::metadata(dir.path().join(n)).expect("stat").ino();
-        let pid = i32::try_from(std::process::id()).expect("pid");
-        assert!(set_reserved(open(".1-a.reserved"), pid, b".1-a.reserved"));
-        set_early_sync(open(".1-a.reserved"));
-        assert_eq!(take_early_sync(pid + 1), None, "another process (a child after fork)");
-        let fd = take_early_sync(pid).expect("the reserving process takes it");
-        assert_eq!(inode_of(fd), Some(ino(".1-a.reserved")));
-        assert_eq!(take_early_sync(pid), None, "once");
+        let es = EarlySync::new();
+        es.set(open("a"));
+        assert!(es.wanted());
+        assert_eq!(es.take(7, 8), None, "another process (a child after fork)");
+        let fd = es.take(7, 7).expect("the reserving process takes it");
+        assert_eq!(inode_of(fd), Some(ino("a")));
+        assert_eq!(es.take(7, 7), None, "once");
+        es.end();
+        assert!(!es.wanted(), "not once the commit began");
         // SAFETY: the descriptor is ours since the take.
         unsafe { libc::close(fd) };
 
-        set_early_sync(open(".1-a.reserved"));
-        let dropped = EARLY_SYNC_FD.load(Ordering::Acquire);
-        assert!(set_reserved(open(".2-b.reserved"), pid, b".2-b.reserved"));
-        assert_eq!(take_early_sync(pid), None, "a new reservation drops the early sync of the one before");
-        assert_ne!(inode_of(dropped), Some(ino(".1-a.reserved")), "and closes its descriptor");
-        let (fd, _) = take_reserved(pid).expect("the reservation");
-        assert_eq!(inode_of(fd), Some(ino(".2-b.reserved")));
-        // SAFETY: the reservation's descriptor is ours since the take.
-        unsafe { libc::close(fd) };
+        es.set(open("b"));
+        assert!(es.wanted(), "a new hand-over");
+        let replaced = es.fd.load(Ordering::Acquire);
+        es.set(open("c"));
+        assert_ne!(inode_of(replaced), Some(ino("b")), "a new hand-over closes the one before");
+        let untaken = es.fd.load(Ordering::Acquire);
+        assert_eq!(inode_of(untaken), Some(ino("c")));
+        es.end();
+        assert_ne!(inode_of(untaken), Some(ino("c")), "the commit closes a descriptor nobody took");
+        assert_eq!(es.take(7, 7), None);
     }
     use crate::crash::images::ImageEntry;
     use crate::crash::threads::{ThreadSlot, NOT_CAPTURED};

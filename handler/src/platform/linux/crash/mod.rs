@@ -7,7 +7,8 @@
 //! slot index attached), prepares the report meanwhile ([`capture::run`]), and waits (bounded) until they answer; a thread that still has not answered after [`BLOCK_PROBE_NS`] and blocks the stop
 //! signal (`SigBlk`) in two reads [`BLOCK_CONFIRM_NS`] apart is given up on; then the thread list is read once more and newcomers are stopped too.
 //! Each stopped thread's handler stores its own `ucontext` registers and name in its slot and waits on a futex
-//! (bounded) until released. The owner then walks every stack with `process_vm_readv` (the fault-proof reader,
+//! (bounded) until released; the first to get there after its answer `fdatasync`s the reserved report file first
+//! ([`early_sync`]). The owner then walks every stack with `process_vm_readv` (the fault-proof reader,
 //! `memory`) and writes the report section by section (temporary name, `fsync`, `rename`).
 //!
 //! Then the previous action decides. `SIG_DFL`/`SIG_IGN`: restore the previous actions, release the threads,
@@ -528,8 +529,10 @@ pub unsafe extern "C" fn stop_handler(_sig: libc::c_int, info: *mut libc::siginf
             if table.answer() {
                 sys::futex_wake(&table.answers, 1);
             }
+            // The release timeout counts from the answer, an early sync included.
+            let release_by = sys::monotonic_ns().saturating_add(st.release_timeout_ns);
             early_sync(st);
-            if !wait_release(st, gen) {
+            if !wait_release(st, gen, release_by) {
                 // Going on unreleased: not while the owner reads this stack with plain loads (bounded by one
                 // more release timeout; a walk only reads memory and ends within milliseconds).
                 let deadline = sys::monotonic_ns().saturating_add(st.release_timeout_ns);
@@ -542,20 +545,22 @@ pub unsafe extern "C" fn stop_handler(_sig: libc::c_int, info: *mut libc::siginf
     set_errno(saved_errno);
 }
 
-/// Syncs the reserved report file early (`writer::set_early_sync`), on the first stopped thread to get here after
-/// its answer: its `fdatasync` runs while the owner stops the other threads, walks and encodes. For a file created
-/// at this launch it commits the file's inode, directory entry and block allocation; for any file it flushes the
-/// drive's cache after idle. The owner's own `fdatasync` then writes the report alone (BENCHMARKS.md, "early
-/// sync"). The owner never waits for it: this thread answered already, and the report is durable by the owner's
-/// `fdatasync` only, early sync or not.
+/// Syncs the reserved report file early (`writer::set_early_sync`), on the first stopped thread to take the job
+/// after its answer: its `fdatasync` runs while the owner stops the other threads, walks and encodes. For a file
+/// created at this launch it commits the file's inode, directory entry and block allocation; for any file it
+/// flushes the drive's cache after idle. The owner's own `fdatasync` then usually has only the report to write
+/// (BENCHMARKS.md, "Issue 14: the report file synced early"). The owner never waits for this thread (it answered
+/// already), and the report is durable by the owner's `fdatasync` only, early sync or not; a sync that has not
+/// begun when the owner's commit begins is left out (`writer::early_sync_wanted`).
 ///
 /// The stop signal usually woke this thread on the owner's CPU and preempted the owner, so it first gives the CPU
 /// back (`sched_yield`): the sync's system call runs when a CPU is free, not in the owner's stop round.
 fn early_sync(st: &State) {
     let Some(fd) = writer::take_early_sync(st.stop_sender.load(Ordering::Acquire)) else { return };
-    hooks::call(CrashEvent::EarlySync, sys::gettid());
     sys::sched_yield();
-    sys::fdatasync(fd);
+    if writer::early_sync_wanted() && sys::fdatasync(fd) {
+        hooks::call(CrashEvent::EarlySync, sys::gettid());
+    }
     sys::close(fd);
 }
 
@@ -598,11 +603,10 @@ fn wait_for_new_owner(st: &State, owner: u64) -> bool {
     }
 }
 
-/// Waits until the owner releases stopped threads (the release generation moves past `gen`) or the release
-/// timeout passes; `true` when released.
-fn wait_release(st: &State, gen: u32) -> bool {
+/// Waits until the owner releases stopped threads (the release generation moves past `gen`) or `deadline`
+/// (`CLOCK_MONOTONIC`, nanoseconds) passes; `true` when released.
+fn wait_release(st: &State, gen: u32, deadline: u64) -> bool {
     let table = &st.core.threads;
-    let deadline = sys::monotonic_ns().saturating_add(st.release_timeout_ns);
     loop {
         if table.release.load(Ordering::Acquire) != gen {
             return true;

@@ -99,8 +99,8 @@ fn timespec(ns: u64) -> libc::timespec {
     libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long }
 }
 
-/// `fdatasync(2)`, the raw system call: glibc's wrapper is a cancellation point, which a signal handler must not
-/// reach (a thread with a pending `pthread_cancel` would be unwound from inside the handler). `true` on success.
+/// `fdatasync(2)`, the raw system call, on a stopped thread: glibc's wrapper is a cancellation point, and the
+/// thread is one of the application's, perhaps with a cancel request pending. `true` on success.
 pub fn fdatasync(fd: i32) -> bool {
     // SAFETY: a plain system call on an integer descriptor; no memory arguments.
     unsafe { libc::syscall(libc::SYS_fdatasync, fd) == 0 }
@@ -112,7 +112,7 @@ pub fn sched_yield() {
     unsafe { libc::syscall(libc::SYS_sched_yield) };
 }
 
-/// `close(2)`, the raw system call (glibc's wrapper is a cancellation point too).
+/// `close(2)`, the raw system call (as above).
 pub fn close(fd: i32) {
     // SAFETY: as above; the caller owns `fd`.
     unsafe { libc::syscall(libc::SYS_close, fd) };
