@@ -152,12 +152,12 @@ const MAX_INTERPOLATIONS: u32 = 8;
 ///
 /// The table is sorted by initial location, and functions are spread fairly evenly over an image's code, so the
 /// search interpolates: it guesses the entry from the pc's place between the locations at the range's ends and
-/// reads the first and last entries of the guess's 4 KiB block ([`TABLE_BLOCK`]), one block read for a caching
+/// reads the first and last entries of the guess's 4 KiB block (`TABLE_BLOCK`), one block read for a caching
 /// reader; the answer is then either in that block (a bisection of its entries ends the search) or the block's
 /// ends narrow the range for the next guess. A lookup in a table of many blocks reads about three blocks (the
 /// header's, the last entry's, the guessed one), where a bisection reads one per halving: five or six in the
 /// 68 KiB table of the benchmark binary, each a system call and often a page fault in a crash. After two guesses
-/// in a row that do not halve the range, or [`MAX_INTERPOLATIONS`] guesses, it bisects. Termination does not
+/// in a row that do not halve the range, or `MAX_INTERPOLATIONS` guesses, it bisects. Termination does not
 /// depend on the table being sorted: every round shrinks the range.
 pub fn find_fde<M: MemoryReader + ?Sized>(mem: &mut M, hdr: u64, pc: u64) -> Result<u64, Miss> {
     let mut h = [0u8; 4];

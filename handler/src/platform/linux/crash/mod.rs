@@ -8,7 +8,7 @@
 //! signal (`SigBlk`) in two reads [`BLOCK_CONFIRM_NS`] apart is given up on; then the thread list is read once more and newcomers are stopped too.
 //! Each stopped thread's handler stores its own `ucontext` registers and name in its slot and waits on a futex
 //! (bounded) until released; the first to get there after its answer `fdatasync`s the reserved report file first
-//! ([`early_sync`]). The owner then walks every stack with `process_vm_readv` (the fault-proof reader,
+//! (`early_sync`). The owner then walks every stack with `process_vm_readv` (the fault-proof reader,
 //! `memory`) and writes the report section by section (temporary name, `fsync`, `rename`).
 //!
 //! Then the previous action decides. `SIG_DFL`/`SIG_IGN`: restore the previous actions, release the threads,
@@ -507,7 +507,7 @@ fn rename_report(dir_fd: i32, from: &[u8; 64], to: &[u8; 64]) -> bool {
 }
 
 /// Handler of the stop signal: store this thread's registers in its slot, answer, sync the reserved report file
-/// early if no other thread took that job ([`early_sync`]), then wait (bounded) for release.
+/// early if no other thread took that job (`early_sync`), then wait (bounded) for release.
 ///
 /// # Safety
 /// Called by the kernel as an `SA_SIGINFO` handler: `uc` is null or valid.
