@@ -231,9 +231,7 @@ pub(crate) fn reserve_report_file(dir: &Path, dir_fd: i32, bytes: usize) -> Resu
     let pid = std::process::id();
     let Ok(pid) = i32::try_from(pid) else { return Err(libc::EINVAL) };
     if let Some((fd, name)) = claim_spare(dir, dir_fd, bytes) {
-        if crate::crash::writer::set_reserved(fd, pid, name.as_bytes()) {
-            #[cfg(any(target_os = "linux", target_os = "android"))]
-            hand_over_early_sync(fd);
+        if hand_over(fd, pid, &name) {
             return Ok(());
         }
         // SAFETY: closing the descriptor `claim_spare` opened, which nothing else uses; the file stays a spare.
@@ -286,12 +284,23 @@ pub(crate) fn reserve_report_file(dir: &Path, dir_fd: i32, bytes: usize) -> Resu
     unsafe {
         libc::syscall(libc::SYS_sync_file_range, fd, 0i64, 0i64, 2u32);
     }
-    if !crate::crash::writer::set_reserved(fd, pid, name.as_bytes()) {
+    if !hand_over(fd, pid, &name) {
         return fail(libc::ENAMETOOLONG);
+    }
+    Ok(())
+}
+
+/// Hands the reservation `fd` (`name`, reserved by `pid`) to the crash path (`crash::writer::set_reserved`), with
+/// a descriptor for its early sync on Linux and Android ([`hand_over_early_sync`]); `false` when the name is too
+/// long (nothing is handed over then).
+#[cfg(unix)]
+fn hand_over(fd: i32, pid: i32, name: &str) -> bool {
+    if !crate::crash::writer::set_reserved(fd, pid, name.as_bytes()) {
+        return false;
     }
     #[cfg(any(target_os = "linux", target_os = "android"))]
     hand_over_early_sync(fd);
-    Ok(())
+    true
 }
 
 /// Hands the crash path a descriptor of its own of the reservation `fd` (claimed or created), for its early sync

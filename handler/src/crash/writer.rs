@@ -347,8 +347,9 @@ static EARLY_SYNC: EarlySync = EarlySync::new();
 /// has already answered the stop signal to `fdatasync` while the owner still stops threads, walks and encodes
 /// ([`take_early_sync`]). It takes work off the owner's `fdatasync`, which alone makes the report durable:
 /// - a file created at this launch: its inode, directory entry and block allocation, which the file system
-///   commits on its own only later (ext4's journal within 5 s, f2fs's checkpoint within 60 s by default), and which
-///   the owner's `fdatasync` would otherwise have to commit before its data;
+///   commits on its own only later (by default ext4's journal within 5 s, its `commit=` mount option; f2fs's
+///   checkpoint within 60 s, `DEF_CP_INTERVAL` in the kernel's `fs/f2fs/f2fs.h`), and which the owner's
+///   `fdatasync` would otherwise have to commit before its data;
 /// - any file: the drive's cache flush after idle, which wakes the storage path (a power-saving drive; on the
 ///   development VM a sync after 200 ms of idle costs about 4x one right after another: BENCHMARKS.md, disk
 ///   floors), so the owner's flush usually meets it awake.
