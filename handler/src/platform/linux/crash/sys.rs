@@ -291,4 +291,22 @@ mod tests {
         tgkill(getpid(), gettid(), sig).expect("tgkill");
         assert_eq!(GOT.load(Ordering::SeqCst), 1, "a tgkill signal has no value");
     }
+
+    /// `touch_mtime` sets the modification time of the open file to now and leaves its access time alone.
+    #[test]
+    fn touch_mtime_sets_the_modification_time_to_now_and_only_that() {
+        use std::os::fd::AsRawFd;
+        use std::time::{Duration, SystemTime};
+        let f = tempfile::tempfile().expect("temporary file");
+        let old = SystemTime::now() - Duration::from_secs(3600);
+        f.set_times(std::fs::FileTimes::new().set_accessed(old).set_modified(old)).expect("set times");
+        let before = SystemTime::now() - Duration::from_secs(1);
+        assert!(touch_mtime(f.as_raw_fd()), "utimensat succeeds on an open file");
+        let md = f.metadata().expect("metadata");
+        let modified = md.modified().expect("mtime");
+        assert!(modified >= before, "the modification time is now: {modified:?}");
+        let accessed = md.accessed().expect("atime");
+        assert!(accessed < before, "the access time is left alone: {accessed:?}");
+        assert!(!touch_mtime(-1), "a bad descriptor fails");
+    }
 }
