@@ -230,6 +230,9 @@ pub(crate) fn reserve_report_file(dir: &Path, dir_fd: i32, bytes: usize) -> Resu
     let last_errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
     let pid = std::process::id();
     let Ok(pid) = i32::try_from(pid) else { return Err(libc::EINVAL) };
+    // Nothing of an earlier, failed install is left for `take_new_reservation`.
+    #[cfg(target_os = "linux")]
+    NEW_RESERVATION.store(-1, std::sync::atomic::Ordering::Relaxed);
     if let Some((fd, name)) = claim_spare(dir, dir_fd, bytes) {
         if hand_over(fd, pid, &name) {
             return Ok(());
@@ -287,7 +290,22 @@ pub(crate) fn reserve_report_file(dir: &Path, dir_fd: i32, bytes: usize) -> Resu
     if !hand_over(fd, pid, &name) {
         return fail(libc::ENAMETOOLONG);
     }
+    #[cfg(target_os = "linux")]
+    NEW_RESERVATION.store(fd, std::sync::atomic::Ordering::Relaxed);
     Ok(())
+}
+
+/// The descriptor of a reservation created at this launch, for [`take_new_reservation`] (-1: none).
+#[cfg(target_os = "linux")]
+static NEW_RESERVATION: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// Install time: the descriptor of the reservation [`reserve_report_file`] created at this launch, once (`None`
+/// when it claimed an earlier launch's spare, or reserved nothing). The crash path owns the descriptor: use it only
+/// before the fatal signal handlers are set.
+#[cfg(target_os = "linux")]
+pub(crate) fn take_new_reservation() -> Option<i32> {
+    let fd = NEW_RESERVATION.swap(-1, std::sync::atomic::Ordering::Relaxed);
+    (fd >= 0).then_some(fd)
 }
 
 /// Hands the reservation `fd` (`name`, reserved by `pid`) to the crash path (`crash::writer::set_reserved`), with

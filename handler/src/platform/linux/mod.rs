@@ -4,6 +4,8 @@
 
 // Runs after a fault: the crash-path lints.
 crash_path_mod! { pub mod crash; }
+#[cfg(target_os = "linux")]
+pub mod background_sync;
 pub mod images;
 pub mod ondemand;
 pub mod threads;
@@ -82,6 +84,12 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     // Stacks on demand (`crate::stacks`): walkers and the capture signal's handler.
     let on_demand = ondemand::install(config, &state.core, &state.images, capture_signal).map_err(close_dir)?;
 
+    // A reservation created at this launch is synced in the background (`background_sync`); the crash path owns
+    // its descriptor once a handler is set, so this comes first.
+    #[cfg(target_os = "linux")]
+    if let Some(fd) = prealloc::take_new_reservation() {
+        let _ = background_sync::start(fd);
+    }
     // Publish the state before any handler can run.
     STATE.store(core::ptr::from_ref(state).cast_mut(), Ordering::Release);
 
