@@ -218,9 +218,11 @@ pub(crate) fn open_report_dir(dir: &Path, reserve_bytes: usize) -> Result<i32, I
 ///
 /// Without a spare: creates `.<pid hex>-<time hex>.reserved` (0600, `O_EXCL`), locks it, writes `bytes` zeros so
 /// its blocks get allocated (on Linux and 64-bit Android, writeback is started at once with `sync_file_range`,
-/// without waiting). No `fsync`: it would cost launch time, and the file system commits the file within seconds
-/// anyway. On Linux and Android a crash has one stopped thread `fdatasync` a second descriptor of the file (either
-/// kind) while the owner still works ([`hand_over_early_sync`]), which commits a new file's creation by then.
+/// without waiting). No `fsync` that install waits for: it would cost launch time, and the file system commits the
+/// file within seconds anyway. On Linux (not Android) install then submits an `fdatasync` it does not wait for
+/// (`platform::linux::background_sync`, through [`take_new_reservation`]). On Linux and Android a crash has one
+/// stopped thread `fdatasync` a second descriptor of the file (either kind) while the owner still works
+/// ([`hand_over_early_sync`]), which commits a new file's creation by then if nothing did before.
 ///
 /// # Errors
 /// The `errno` of the failing call; a created file is then removed and nothing is reserved.
