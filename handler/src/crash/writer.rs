@@ -483,8 +483,10 @@ pub enum FileKind {
 /// full disk, freeing its blocks also helps the next report. A file whose head is durable is committed even when
 /// later writes failed: the reader decodes its intact sections and says what is missing.
 ///
-/// Signal-safe: `fsync`, `fdatasync`, `lseek`, `read`, `close`, `renameat`, `unlinkat` (POSIX.1-2017
-/// §2.4.3) and CRC-32 arithmetic on a 256-byte stack buffer (crc32fast's CPU feature detection ran at install).
+/// Signal-safe: `fsync`, `fdatasync`, `lseek`, `close`, `renameat`, `unlinkat` (POSIX.1-2017 §2.4.3), `pread` (not
+/// in that list, which has `read`; on Linux and Apple platforms the same kind of plain system call, taking no
+/// lock), and CRC-32 arithmetic on stack buffers of 1 KiB and 256 bytes (crc32fast's CPU feature detection ran at
+/// install). The head is read back with one `pread` of its first KiB where the report is of ordinary size.
 ///
 /// # Errors
 /// The `errno` of the first call that failed; `EIO` when the head is missing or damaged.
@@ -537,18 +539,48 @@ fn sync_data(fd: i32) -> bool {
     r == 0
 }
 
-/// Reads exactly `buf.len()` bytes of `fd` at `offset` (`lseek` + `read`, retrying short reads and `EINTR`,
-/// bounded); `false` at end of file, past `limit` (bytes `limit..` are not the report's: a reservation's zeros),
-/// or on an error.
-fn read_at(fd: i32, offset: u64, buf: &mut [u8], limit: u64) -> bool {
-    if offset.checked_add(buf.len() as u64).is_none_or(|end| end > limit) {
-        return false;
+/// Reads back the head of a report file: the first [`HeadReader::WINDOW`] bytes in one `pread`, which hold the
+/// file header, META and EXCEPTION of a report of ordinary size, and anything further with a `pread` of its own.
+/// Never past `limit` (bytes `limit..` are not the report's: a reservation's zeros). Signal-safe: `pread` and
+/// copies into stack buffers.
+struct HeadReader {
+    fd: i32,
+    limit: u64,
+    window: [u8; HeadReader::WINDOW],
+    /// Bytes of `window` read: 0 until the first read, and when that one failed.
+    filled: usize,
+    tried: bool,
+}
+
+impl HeadReader {
+    /// Bytes read ahead from the start of the file.
+    const WINDOW: usize = 1024;
+
+    fn new(fd: i32, limit: u64) -> Self {
+        HeadReader { fd, limit, window: [0; Self::WINDOW], filled: 0, tried: false }
     }
-    let Ok(off) = libc::off_t::try_from(offset) else { return false };
-    // SAFETY: `fd` is open; lseek has no memory arguments.
-    if unsafe { libc::lseek(fd, off, libc::SEEK_SET) } != off {
-        return false;
+
+    /// Fills `buf` with the bytes at `offset`; `false` at the end of the file, past `limit`, or on an error.
+    fn read(&mut self, offset: u64, buf: &mut [u8]) -> bool {
+        let Some(end) = offset.checked_add(buf.len() as u64).filter(|end| *end <= self.limit) else { return false };
+        if !self.tried {
+            self.tried = true;
+            let want = self.limit.min(Self::WINDOW as u64) as usize;
+            if self.window.get_mut(..want).is_some_and(|w| pread_exact(self.fd, 0, w)) {
+                self.filled = want;
+            }
+        }
+        if let Some(src) = self.window.get(offset as usize..end as usize).filter(|_| end <= self.filled as u64) {
+            buf.copy_from_slice(src);
+            return true;
+        }
+        pread_exact(self.fd, offset, buf)
     }
+}
+
+/// Reads exactly `buf.len()` bytes of `fd` at `offset` (`pread`, retrying short reads and `EINTR`, bounded);
+/// `false` at end of file or on an error.
+fn pread_exact(fd: i32, offset: u64, buf: &mut [u8]) -> bool {
     let mut done = 0usize;
     // Bounded: each round reads at least one byte or ends; EINTR retries are capped.
     for _ in 0..1000 {
@@ -556,8 +588,9 @@ fn read_at(fd: i32, offset: u64, buf: &mut [u8], limit: u64) -> bool {
         if rest.is_empty() {
             return true;
         }
-        // SAFETY: `rest` is valid for writes of its length; `read` does not retain the pointer.
-        let r = unsafe { libc::read(fd, rest.as_mut_ptr().cast(), rest.len()) };
+        let Some(Ok(at)) = offset.checked_add(done as u64).map(libc::off_t::try_from) else { return false };
+        // SAFETY: `rest` is valid for writes of its length; `pread` does not retain the pointer.
+        let r = unsafe { libc::pread(fd, rest.as_mut_ptr().cast(), rest.len(), at) };
         if r < 0 && errno() == libc::EINTR {
             continue;
         }
@@ -574,14 +607,15 @@ fn read_at(fd: i32, offset: u64, buf: &mut [u8], limit: u64) -> bool {
 /// all within its first `limit` bytes (the bytes written).
 fn head_is_intact(fd: i32, limit: u64) -> bool {
     use report_format::framing::{self, SectionKind};
+    let mut head = HeadReader::new(fd, limit);
     let mut fh = [0u8; framing::FILE_HEADER_LEN];
-    if !read_at(fd, 0, &mut fh, limit) || !framing::parse_file_header(&fh).is_some_and(|h| h.crc_ok) {
+    if !head.read(0, &mut fh) || !framing::parse_file_header(&fh).is_some_and(|h| h.crc_ok) {
         return false;
     }
     let mut off = framing::FILE_HEADER_LEN as u64;
     for want in [SectionKind::Meta, SectionKind::Exception] {
         let mut sh = [0u8; framing::SECTION_HEADER_LEN];
-        if !read_at(fd, off, &mut sh, limit) {
+        if !head.read(off, &mut sh) {
             return false;
         }
         let Some(h) = framing::parse_section_header(&sh) else { return false };
@@ -595,7 +629,7 @@ fn head_is_intact(fd: i32, limit: u64) -> bool {
         while left > 0 {
             let n = left.min(chunk.len() as u64) as usize;
             let Some(part) = chunk.get_mut(..n) else { return false };
-            if !read_at(fd, off, part, limit) {
+            if !head.read(off, part) {
                 return false;
             }
             crc.update(part);
@@ -1345,6 +1379,47 @@ mod tests {
         }
         let left: Vec<_> = std::fs::read_dir(&dir).expect("dir").flatten().map(|e| e.file_name()).collect();
         assert_eq!(left.len(), 6, "only the committed reports remain, no temporary or reserved file: {left:?}");
+        // SAFETY: closing our directory descriptor.
+        unsafe { libc::close(dir_fd) };
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    /// A head longer than the reader's one-`pread` window (a META of over 3 KiB) is checked as well: whole, it is
+    /// committed; cut inside META past the window, or with a byte flipped there, it is refused.
+    #[test]
+    fn commit_checks_a_head_longer_than_its_read_window() {
+        use report_format::framing::{parse_section_header, FILE_HEADER_LEN, SECTION_HEADER_LEN};
+        use std::os::unix::ffi::OsStrExt;
+        let mut images = image_list(4, 256);
+        images.push(b"/bin/app", 0x40_0000, 0x10000, 0, &[0xaa; 20]);
+        let note = [b'n'; 3000];
+        let head = ReportHead {
+            meta: Meta { arch: b"x86_64", note: &note, ..Meta::default() },
+            exception: Exception { signal: Some(11), ..Exception::default() },
+            messages: &[],
+        };
+        let regs = x86_64::from_gregs(&[7u64; 23]);
+        let mut scratch = vec![0u8; 65536];
+        let full =
+            write_minimal_report(Vec::new(), &head, 5, &regs, &images, &mut scratch, &mut [0u64; 1]).expect("encoded");
+        let meta = parse_section_header(&full[FILE_HEADER_LEN..]).expect("meta header");
+        let meta_end = FILE_HEADER_LEN + SECTION_HEADER_LEN + meta.len as usize;
+        assert!(meta_end > 3 * HeadReader::WINDOW, "META reaches past the window: {meta_end}");
+        let mut flipped = full.clone();
+        flipped[2 * HeadReader::WINDOW] ^= 0x01;
+        let dir = tempfile_dir("commit-long");
+        let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).expect("path");
+        // SAFETY: NUL-terminated path.
+        let dir_fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        assert!(dir_fd >= 0);
+        for (i, (bytes, keep)) in
+            [(full.clone(), true), (full[..meta_end - 1].to_vec(), false), (flipped, false)].into_iter().enumerate()
+        {
+            let names = ReportNames::new(&[i as u8 + 1; 16]);
+            let fd = create_temp(dir_fd, &names).expect("temp");
+            write_fully(fd, &bytes).expect("write");
+            assert_eq!(commit(dir_fd, fd, &names, FileKind::Created).is_ok(), keep, "case {i}");
+        }
         // SAFETY: closing our directory descriptor.
         unsafe { libc::close(dir_fd) };
         std::fs::remove_dir_all(&dir).expect("cleanup");
