@@ -84,12 +84,6 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     // Stacks on demand (`crate::stacks`): walkers and the capture signal's handler.
     let on_demand = ondemand::install(config, &state.core, &state.images, capture_signal).map_err(close_dir)?;
 
-    // A reservation created at this launch is synced in the background (`background_sync`); the crash path owns
-    // its descriptor once a handler is set, so this comes first.
-    #[cfg(target_os = "linux")]
-    if let Some(fd) = prealloc::take_new_reservation() {
-        let _ = background_sync::start(fd);
-    }
     // Publish the state before any handler can run.
     STATE.store(core::ptr::from_ref(state).cast_mut(), Ordering::Release);
 
@@ -118,6 +112,13 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
             libc::sigaction(sig, &act, core::ptr::null_mut());
         }
         *guard = Some(Installed { state, old_altstack: old_alt, installer_tid: sys::gettid(), ondemand: on_demand });
+    }
+    // Last: a reservation created at this launch is synced in the background (`background_sync`, on a descriptor
+    // of its own: a crash may already own the reservation's). The kernel worker that runs the sync starts after
+    // install is done.
+    #[cfg(target_os = "linux")]
+    if let Some(fd) = prealloc::take_new_reservation() {
+        let _ = background_sync::start(fd);
     }
     Ok(())
 }
