@@ -6,9 +6,11 @@
 //! (ext4's journal every 5 s, its writeback after 30 s), a crash's `fdatasync` of the report would also commit the
 //! file's inode, directory entry and block allocation. Here install submits an `fdatasync` that nobody waits for:
 //! Linux AIO's `IOCB_CMD_FDSYNC` (`<linux/aio_abi.h>`), which Linux 4.18 and later run on a kernel worker. It costs
-//! install two system calls (`io_setup`, `io_submit`: 20-40 µs) and leaves one AIO context, with its one-page event
-//! ring mapped as `/[aio]`, to the end of the process: `io_destroy` would wait for the sync, and nothing reads the
-//! result.
+//! a first launch's install a read of `/proc/self/status`, a `dup` and two system calls (`io_setup`, `io_submit`),
+//! and the kernel worker, which starts on the same CPU: 0.07 ms more at the median on the benchmark machine
+//! (BENCHMARKS.md, "Issue 14: the file's time set early"). A later launch, which claims an earlier launch's file,
+//! pays nothing. It leaves one AIO context, with its one-page event ring mapped as `/[aio]`, to the end of the
+//! process: `io_destroy` would wait for the sync, and nothing reads the result.
 //!
 //! Not on Android, and not under a seccomp filter on Linux: a filter that does not allow `io_setup` may kill the
 //! process (`SECCOMP_RET_KILL`), and Android runs every app under one. Where the kernel refuses (no `CONFIG_AIO`,
