@@ -1307,28 +1307,14 @@ mod tests {
     fn commit_requires_the_head_sections() {
         use report_format::framing::{parse_section_header, FILE_HEADER_LEN, SECTION_HEADER_LEN};
         use std::os::unix::ffi::OsStrExt;
-        let mut images = image_list(4, 256);
-        images.push(b"/bin/app", 0x40_0000, 0x10000, 0, &[0xaa; 20]);
-        let head = ReportHead {
-            meta: Meta { arch: b"x86_64", note: b"some note text", ..Meta::default() },
-            exception: Exception { signal: Some(11), si_code: Some(1), fault_address: Some(0), ..Exception::default() },
-            messages: &[],
-        };
-        let regs = x86_64::from_gregs(&[7u64; 23]);
-        let mut scratch = vec![0u8; 65536];
-        let full =
-            write_minimal_report(Vec::new(), &head, 5, &regs, &images, &mut scratch, &mut [0u64; 1]).expect("encoded");
+        let full = minimal_report(b"some note text");
         let meta = parse_section_header(&full[FILE_HEADER_LEN..]).expect("meta header");
         let exc_at = FILE_HEADER_LEN + SECTION_HEADER_LEN + meta.len as usize;
         let exc = parse_section_header(&full[exc_at..]).expect("exception header");
         let head_end = exc_at + SECTION_HEADER_LEN + exc.len as usize;
         assert!(head_end < full.len());
 
-        let dir = tempfile_dir("commit");
-        let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).expect("path");
-        // SAFETY: NUL-terminated path.
-        let dir_fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
-        assert!(dir_fd >= 0);
+        let (dir, dir_fd) = open_tempfile_dir("commit");
         let mut damaged = full.clone();
         damaged[FILE_HEADER_LEN + SECTION_HEADER_LEN + 2] ^= 0x40;
         let cases: Vec<(Vec<u8>, bool)> =
@@ -1389,29 +1375,13 @@ mod tests {
     #[test]
     fn commit_checks_a_head_longer_than_its_read_window() {
         use report_format::framing::{parse_section_header, FILE_HEADER_LEN, SECTION_HEADER_LEN};
-        use std::os::unix::ffi::OsStrExt;
-        let mut images = image_list(4, 256);
-        images.push(b"/bin/app", 0x40_0000, 0x10000, 0, &[0xaa; 20]);
-        let note = [b'n'; 3000];
-        let head = ReportHead {
-            meta: Meta { arch: b"x86_64", note: &note, ..Meta::default() },
-            exception: Exception { signal: Some(11), ..Exception::default() },
-            messages: &[],
-        };
-        let regs = x86_64::from_gregs(&[7u64; 23]);
-        let mut scratch = vec![0u8; 65536];
-        let full =
-            write_minimal_report(Vec::new(), &head, 5, &regs, &images, &mut scratch, &mut [0u64; 1]).expect("encoded");
+        let full = minimal_report(&[b'n'; 3000]);
         let meta = parse_section_header(&full[FILE_HEADER_LEN..]).expect("meta header");
         let meta_end = FILE_HEADER_LEN + SECTION_HEADER_LEN + meta.len as usize;
         assert!(meta_end > 3 * HeadReader::WINDOW, "META reaches past the window: {meta_end}");
         let mut flipped = full.clone();
         flipped[2 * HeadReader::WINDOW] ^= 0x01;
-        let dir = tempfile_dir("commit-long");
-        let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).expect("path");
-        // SAFETY: NUL-terminated path.
-        let dir_fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
-        assert!(dir_fd >= 0);
+        let (dir, dir_fd) = open_tempfile_dir("commit-long");
         for (i, (bytes, keep)) in
             [(full.clone(), true), (full[..meta_end - 1].to_vec(), false), (flipped, false)].into_iter().enumerate()
         {
@@ -1423,6 +1393,31 @@ mod tests {
         // SAFETY: closing our directory descriptor.
         unsafe { libc::close(dir_fd) };
         std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    /// A minimal report (META with `note`, EXCEPTION, one thread, one image), encoded in memory.
+    fn minimal_report(note: &[u8]) -> Vec<u8> {
+        let mut images = image_list(4, 256);
+        images.push(b"/bin/app", 0x40_0000, 0x10000, 0, &[0xaa; 20]);
+        let head = ReportHead {
+            meta: Meta { arch: b"x86_64", note, ..Meta::default() },
+            exception: Exception { signal: Some(11), si_code: Some(1), fault_address: Some(0), ..Exception::default() },
+            messages: &[],
+        };
+        let regs = x86_64::from_gregs(&[7u64; 23]);
+        let mut scratch = vec![0u8; 65536];
+        write_minimal_report(Vec::new(), &head, 5, &regs, &images, &mut scratch, &mut [0u64; 1]).expect("encoded")
+    }
+
+    /// A fresh directory (`tempfile_dir`) and a descriptor of it.
+    fn open_tempfile_dir(what: &str) -> (std::path::PathBuf, i32) {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile_dir(what);
+        let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).expect("path");
+        // SAFETY: NUL-terminated path.
+        let dir_fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        assert!(dir_fd >= 0);
+        (dir, dir_fd)
     }
 
     fn tempfile_dir(what: &str) -> std::path::PathBuf {
