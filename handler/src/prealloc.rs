@@ -232,9 +232,9 @@ pub(crate) fn reserve_report_file(dir: &Path, dir_fd: i32, bytes: usize) -> Resu
     let last_errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
     let pid = std::process::id();
     let Ok(pid) = i32::try_from(pid) else { return Err(libc::EINVAL) };
-    // Nothing of an earlier, failed install is left for `take_new_reservation`.
+    // Nothing of an earlier install is left for `take_new_reservation`.
     #[cfg(target_os = "linux")]
-    NEW_RESERVATION.store(-1, std::sync::atomic::Ordering::Relaxed);
+    drop(take_new_reservation());
     if let Some((fd, name)) = claim_spare(dir, dir_fd, bytes) {
         if hand_over(fd, pid, &name) {
             return Ok(());
@@ -292,22 +292,31 @@ pub(crate) fn reserve_report_file(dir: &Path, dir_fd: i32, bytes: usize) -> Resu
     if !hand_over(fd, pid, &name) {
         return fail(libc::ENAMETOOLONG);
     }
+    // A descriptor of its own for the background sync (`take_new_reservation`): the crash path owns `fd` once a
+    // handler is set.
     #[cfg(target_os = "linux")]
-    NEW_RESERVATION.store(fd, std::sync::atomic::Ordering::Relaxed);
+    {
+        // SAFETY: duplicating an open descriptor; no memory arguments.
+        let own = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        NEW_RESERVATION.store(own, std::sync::atomic::Ordering::Relaxed);
+    }
     Ok(())
 }
 
-/// The descriptor of a reservation created at this launch, for [`take_new_reservation`] (-1: none).
+/// A descriptor of its own of the reservation created at this launch, for [`take_new_reservation`] (-1: none).
 #[cfg(target_os = "linux")]
 static NEW_RESERVATION: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
-/// Install time: the descriptor of the reservation [`reserve_report_file`] created at this launch, once (`None`
-/// when it claimed an earlier launch's spare, or reserved nothing). The crash path owns the descriptor: use it only
-/// before the fatal signal handlers are set.
+/// Install time: a descriptor of the reservation [`reserve_report_file`] created at this launch (a duplicate, the
+/// caller's to close: the crash path owns the reservation's own descriptor), once; `None` when it claimed an
+/// earlier launch's spare, or reserved nothing. Dropping what it returns is how a failed install discards it.
 #[cfg(target_os = "linux")]
-pub(crate) fn take_new_reservation() -> Option<i32> {
+#[allow(unsafe_code)]
+pub(crate) fn take_new_reservation() -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
     let fd = NEW_RESERVATION.swap(-1, std::sync::atomic::Ordering::Relaxed);
-    (fd >= 0).then_some(fd)
+    // SAFETY: a descriptor `reserve_report_file` duplicated for this hand-over alone; the swap made it ours.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
 /// Hands the reservation `fd` (`name`, reserved by `pid`) to the crash path (`crash::writer::set_reserved`), with

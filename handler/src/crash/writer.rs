@@ -570,9 +570,12 @@ impl HeadReader {
                 self.filled = want;
             }
         }
-        if let Some(src) = self.window.get(offset as usize..end as usize).filter(|_| end <= self.filled as u64) {
-            buf.copy_from_slice(src);
-            return true;
+        if end <= self.filled as u64 {
+            // Within the window: both ends are at most `WINDOW`, so the casts are exact.
+            if let Some(src) = self.window.get(offset as usize..end as usize) {
+                buf.copy_from_slice(src);
+                return true;
+            }
         }
         pread_exact(self.fd, offset, buf)
     }

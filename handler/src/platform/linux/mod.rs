@@ -65,8 +65,11 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     }
     let capture_signal = ondemand::capture_signal(config, stop_signal)?;
 
+    let unfiltered = !under_seccomp_filter();
     let dir_fd = prealloc::open_report_dir(&config.report_dir, config.reserved_report_bytes)?;
     let close_dir = |e: InstallError| {
+        #[cfg(target_os = "linux")]
+        drop(prealloc::take_new_reservation());
         crate::crash::writer::release_reserved(dir_fd);
         // SAFETY: closing the descriptor opened above, which nothing else uses yet.
         unsafe { libc::close(dir_fd) };
@@ -74,7 +77,8 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     };
     // Everything is read and allocated before the first handler is set: the state is complete and never written
     // again once a handler can see it.
-    let state: &'static State = Box::leak(Box::new(build_state(config, dir_fd, stop_signal).map_err(close_dir)?));
+    let state: &'static State =
+        Box::leak(Box::new(build_state(config, dir_fd, stop_signal, unfiltered).map_err(close_dir)?));
     let (alt_base, alt_size) = prealloc::map_stack(config.alt_stack_size).map_err(close_dir)?;
     // SAFETY: the stack was just mapped and is not installed yet.
     unsafe { prealloc::prefault_top(alt_base, alt_size, config.alt_stack_prefault_bytes) };
@@ -114,16 +118,31 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
         *guard = Some(Installed { state, old_altstack: old_alt, installer_tid: sys::gettid(), ondemand: on_demand });
     }
     // Last: a reservation created at this launch is synced in the background (`background_sync`, on a descriptor
-    // of its own: a crash may already own the reservation's). The kernel worker that runs the sync starts after
-    // install is done.
+    // of its own: a crash may already own the reservation's), unless a seccomp filter may forbid the system calls.
+    // The kernel worker that runs the sync starts after install is done.
     #[cfg(target_os = "linux")]
-    if let Some(fd) = prealloc::take_new_reservation() {
+    if let Some(fd) = prealloc::take_new_reservation().filter(|_| unfiltered) {
         let _ = background_sync::start(fd);
     }
     Ok(())
 }
 
-fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, InstallError> {
+/// Whether a seccomp filter confines the calling thread (`Seccomp:` of `/proc/thread-self/status` is not 0;
+/// `proc(5)`: the thread's own, since a filter can be set on one thread; `/proc/self/status` shows the main
+/// thread's). Read from the file rather than asked with `prctl(PR_GET_SECCOMP)`, which a filter may itself forbid;
+/// in one `read` of up to 4 KiB (the file is about 1.5 KiB; each `read` of it is a system call). `true` when it
+/// cannot be told (`/proc` not mounted, Linux before 3.17). Every Android app runs under a filter. Install time.
+pub fn under_seccomp_filter() -> bool {
+    use std::io::Read;
+    let mut buf = [0u8; 4096];
+    let Ok(mut f) = std::fs::File::open("/proc/thread-self/status") else { return true };
+    let Ok(n) = f.read(&mut buf) else { return true };
+    let text = buf.get(..n).unwrap_or(&[]);
+    let value = text.split(|b| *b == b'\n').find_map(|l| l.strip_prefix(b"Seccomp:"));
+    value.is_none_or(|v| v.trim_ascii() != b"0")
+}
+
+fn build_state(config: &Config, dir_fd: i32, stop_signal: i32, unfiltered: bool) -> Result<State, InstallError> {
     let exe = std::fs::read_link("/proc/self/exe").map(|p| p.as_os_str().as_bytes().to_vec()).unwrap_or_default();
     let exe_path = leak_bytes(&exe);
     let images = ImageTable::new(prealloc::image_list(config)?, prealloc::image_list(config)?);
@@ -169,6 +188,7 @@ fn build_state(config: &Config, dir_fd: i32, stop_signal: i32) -> Result<State, 
         stop_sender: core::sync::atomic::AtomicI32::new(0),
         stop_timeout_ns: u64::from(config.stop_timeout_ms) * 1_000_000,
         sigblk_truthful: sigblk_is_truthful(stop_signal),
+        unfiltered,
         release_timeout_ns: u64::from(config.release_timeout_ms) * 1_000_000,
         images,
         crash_images,
@@ -272,7 +292,7 @@ mod state_tests {
         let page = page_size();
         for (bytes, want) in [(64 * 1024, true), (0, false)] {
             let config = Config { crash_stack_prefault_bytes: bytes, ..Config::new(dir.path()) };
-            let st = super::build_state(&config, dir_fd.as_raw_fd(), libc::SIGRTMAX() - 4).expect("state");
+            let st = super::build_state(&config, dir_fd.as_raw_fd(), libc::SIGRTMAX() - 4, true).expect("state");
             let (base, size) = st.crash_stack;
             let top = base + size;
             let pages: Vec<Option<bool>> = (1..=64 * 1024 / page).map(|i| resident(top - i * page)).collect();

@@ -98,6 +98,9 @@ pub struct State {
     /// `platform::linux::sigblk_is_truthful`; false under qemu-user). Only then does the owner give up early on threads
     /// that block the stop signal; otherwise it waits the whole `stop_timeout_ns` for them.
     pub sigblk_truthful: bool,
+    /// No seccomp filter confines the installing thread (`platform::linux::under_seccomp_filter`): the early sync
+    /// may set the file's time (`utimensat`, a call a sandbox may forbid by killing the process).
+    pub unfiltered: bool,
     /// Stopped threads' wait for release, in nanoseconds.
     pub release_timeout_ns: u64,
     /// The install-time image table (`dl_iterate_phdr`; the fallback when the link map cannot be read).
@@ -556,7 +559,8 @@ pub unsafe extern "C" fn stop_handler(_sig: libc::c_int, info: *mut libc::siginf
 /// The stop signal usually woke this thread on the owner's CPU and preempted the owner, so it first gives the CPU
 /// back (`sched_yield`): the sync's system call runs when a CPU is free, not in the owner's stop round.
 ///
-/// It also sets the file's modification time first (`sys::touch_mtime`): the owner's `write` in the same tick of
+/// Where no seccomp filter was seen at install, it also sets the file's modification time first
+/// (`sys::touch_mtime`): the owner's `write` in the same tick of
 /// the file system's clock then leaves the inode clean, so the owner's `fdatasync` writes the report's blocks
 /// alone where a time change would cost an inode write (ext4 without a journal, as on the benchmark machine:
 /// BENCHMARKS.md, "Issue 14: the file's time set early").
@@ -565,8 +569,10 @@ fn early_sync(st: &State) {
     sys::sched_yield();
     if writer::early_sync_wanted() {
         // The file's time set here, so that the owner's `write` finds it current: the inode is written by this
-        // sync, not by the owner's. A failure costs only that.
-        let _ = sys::touch_mtime(fd);
+        // sync, not by the owner's. A failure costs only that; under a seccomp filter it is not tried.
+        if st.unfiltered {
+            let _ = sys::touch_mtime(fd);
+        }
         if sys::fdatasync(fd) {
             hooks::call(CrashEvent::EarlySync, sys::gettid());
         }
