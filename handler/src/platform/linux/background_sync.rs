@@ -86,6 +86,20 @@ pub fn start(fd: OwnedFd) -> Option<Pending> {
     Some(Pending { ctx })
 }
 
+/// Whether the kernel gives this process an AIO context: `io_setup` probed (the context destroyed again at once).
+/// `false` without `CONFIG_AIO`, at `fs.aio-max-nr`, and under qemu-user. Call it only where no seccomp filter may
+/// forbid `io_setup` (`platform::linux::under_seccomp_filter`).
+pub fn aio_available() -> bool {
+    let mut ctx: libc::c_ulong = 0;
+    // SAFETY: `ctx` is writable and zero, as io_setup requires.
+    if unsafe { libc::syscall(libc::SYS_io_setup, 1 as libc::c_long, &mut ctx as *mut libc::c_ulong) } != 0 {
+        return false;
+    }
+    // SAFETY: the context made above, with nothing in flight.
+    unsafe { libc::syscall(libc::SYS_io_destroy, ctx) };
+    true
+}
+
 impl Pending {
     /// Waits up to `timeout_ms` milliseconds for the sync; its result (0, or a negative `errno`), `None` when it
     /// did not complete in time.
@@ -112,18 +126,6 @@ mod tests {
     fn the_aio_structures_have_the_kernels_sizes() {
         assert_eq!(core::mem::size_of::<Iocb>(), 64);
         assert_eq!(core::mem::size_of::<IoEvent>(), 32);
-    }
-
-    /// Whether this kernel gives this process an AIO context (`io_setup`), probed directly.
-    fn aio_available() -> bool {
-        let mut ctx: libc::c_ulong = 0;
-        // SAFETY: `ctx` is writable and zero.
-        if unsafe { libc::syscall(libc::SYS_io_setup, 1 as libc::c_long, &mut ctx as *mut libc::c_ulong) } != 0 {
-            return false;
-        }
-        // SAFETY: the context made above, with nothing in flight.
-        unsafe { libc::syscall(libc::SYS_io_destroy, ctx) };
-        true
     }
 
     /// A sync submitted for a written file completes, successfully, without the submitter waiting for it. Where

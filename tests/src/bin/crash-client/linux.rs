@@ -1207,7 +1207,8 @@ pub fn main() {
     say(&format!("AIO_CONTEXTS {aio}"));
     // Whether install could submit one: no seccomp filter on this thread, and the kernel gives an AIO context
     // (probed here, after the count above; the probe's context is destroyed at once).
-    let possible = !handler::platform::linux::under_seccomp_filter() && aio_context_available();
+    let possible =
+        !handler::platform::linux::under_seccomp_filter() && handler::platform::linux::background_sync::aio_available();
     say(&format!("AIO_POSSIBLE {}", u8::from(possible)));
     say(&format!("MAIN_TID {}", gettid()));
     // How this binary was built: the `panic-abort` profile's build says `abort` (the test checks it ran that one).
@@ -1219,16 +1220,4 @@ pub fn main() {
     }
     say("NO_CRASH");
     std::process::exit(4);
-}
-
-/// Whether `io_setup` gives this process an AIO context (destroyed again at once).
-fn aio_context_available() -> bool {
-    let mut ctx: libc::c_ulong = 0;
-    // SAFETY: `ctx` is writable and zero, as io_setup requires.
-    if unsafe { libc::syscall(libc::SYS_io_setup, 1 as libc::c_long, &mut ctx as *mut libc::c_ulong) } != 0 {
-        return false;
-    }
-    // SAFETY: the context made above, with nothing in flight.
-    unsafe { libc::syscall(libc::SYS_io_destroy, ctx) };
-    true
 }
