@@ -218,11 +218,9 @@ pub(crate) fn open_report_dir(dir: &Path, reserve_bytes: usize) -> Result<i32, I
 ///
 /// Without a spare: creates `.<pid hex>-<time hex>.reserved` (0600, `O_EXCL`), locks it, writes `bytes` zeros so
 /// its blocks get allocated (on Linux and 64-bit Android, writeback is started at once with `sync_file_range`,
-/// without waiting). No `fsync` that install waits for: it would cost launch time, and the file system commits the
-/// file within seconds anyway. On Linux (not Android) install then submits an `fdatasync` it does not wait for
-/// (`platform::linux::background_sync`, through [`take_new_reservation`]). On Linux and Android a crash has one
-/// stopped thread `fdatasync` a second descriptor of the file (either kind) while the owner still works
-/// ([`hand_over_early_sync`]), which commits a new file's creation by then if nothing did before.
+/// without waiting). No `fsync`: it would cost launch time, and the file system commits the file within seconds
+/// anyway. On Linux and Android a crash has one stopped thread `fdatasync` a second descriptor of the file (either
+/// kind) while the owner still works ([`hand_over_early_sync`]), which commits a new file's creation by then.
 ///
 /// # Errors
 /// The `errno` of the failing call; a created file is then removed and nothing is reserved.
@@ -232,9 +230,6 @@ pub(crate) fn reserve_report_file(dir: &Path, dir_fd: i32, bytes: usize) -> Resu
     let last_errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
     let pid = std::process::id();
     let Ok(pid) = i32::try_from(pid) else { return Err(libc::EINVAL) };
-    // Nothing of an earlier install is left for `take_new_reservation`.
-    #[cfg(target_os = "linux")]
-    drop(take_new_reservation());
     if let Some((fd, name)) = claim_spare(dir, dir_fd, bytes) {
         if hand_over(fd, pid, &name) {
             return Ok(());
@@ -292,31 +287,7 @@ pub(crate) fn reserve_report_file(dir: &Path, dir_fd: i32, bytes: usize) -> Resu
     if !hand_over(fd, pid, &name) {
         return fail(libc::ENAMETOOLONG);
     }
-    // A descriptor of its own for the background sync (`take_new_reservation`): the crash path owns `fd` once a
-    // handler is set.
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: duplicating an open descriptor; no memory arguments.
-        let own = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-        NEW_RESERVATION.store(own, std::sync::atomic::Ordering::Relaxed);
-    }
     Ok(())
-}
-
-/// A descriptor of its own of the reservation created at this launch, for [`take_new_reservation`] (-1: none).
-#[cfg(target_os = "linux")]
-static NEW_RESERVATION: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
-
-/// Install time: a descriptor of the reservation [`reserve_report_file`] created at this launch (a duplicate, the
-/// caller's to close: the crash path owns the reservation's own descriptor), once; `None` when it claimed an
-/// earlier launch's spare, or reserved nothing. Dropping what it returns is how a failed install discards it.
-#[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
-pub(crate) fn take_new_reservation() -> Option<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    let fd = NEW_RESERVATION.swap(-1, std::sync::atomic::Ordering::Relaxed);
-    // SAFETY: a descriptor `reserve_report_file` duplicated for this hand-over alone; the swap made it ours.
-    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
 /// Hands the reservation `fd` (`name`, reserved by `pid`) to the crash path (`crash::writer::set_reserved`), with

@@ -4,8 +4,6 @@
 
 // Runs after a fault: the crash-path lints.
 crash_path_mod! { pub mod crash; }
-#[cfg(target_os = "linux")]
-pub mod background_sync;
 pub mod images;
 pub mod ondemand;
 pub mod threads;
@@ -68,8 +66,6 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
     let unfiltered = !under_seccomp_filter();
     let dir_fd = prealloc::open_report_dir(&config.report_dir, config.reserved_report_bytes)?;
     let close_dir = |e: InstallError| {
-        #[cfg(target_os = "linux")]
-        drop(prealloc::take_new_reservation());
         crate::crash::writer::release_reserved(dir_fd);
         // SAFETY: closing the descriptor opened above, which nothing else uses yet.
         unsafe { libc::close(dir_fd) };
@@ -116,13 +112,6 @@ pub fn install(config: &Config) -> Result<(), InstallError> {
             libc::sigaction(sig, &act, core::ptr::null_mut());
         }
         *guard = Some(Installed { state, old_altstack: old_alt, installer_tid: sys::gettid(), ondemand: on_demand });
-    }
-    // Last: a reservation created at this launch is synced in the background (`background_sync`, on a descriptor
-    // of its own: a crash may already own the reservation's), unless a seccomp filter may forbid the system calls.
-    // The kernel worker that runs the sync starts after install is done.
-    #[cfg(target_os = "linux")]
-    if let Some(fd) = prealloc::take_new_reservation().filter(|_| unfiltered) {
-        let _ = background_sync::start(fd);
     }
     Ok(())
 }
@@ -282,6 +271,16 @@ mod state_tests {
     use crate::config::Config;
     use crate::prealloc::{page_size, resident};
     use std::os::fd::AsRawFd;
+
+    /// `under_seccomp_filter` reads the `Seccomp:` line as `proc(5)` describes it: it agrees with the process's
+    /// status read whole (this test's thread has no filter of its own), and a filter is assumed where the line is
+    /// missing.
+    #[test]
+    fn the_seccomp_check_agrees_with_the_status_file() {
+        let status = std::fs::read_to_string("/proc/self/status").expect("status");
+        let mode = status.lines().find_map(|l| l.strip_prefix("Seccomp:")).map(str::trim);
+        assert_eq!(super::under_seccomp_filter(), mode != Some("0"), "Seccomp: {mode:?}");
+    }
 
     /// The crash stack's top `crash_stack_prefault_bytes` are in memory once install has built its state, and
     /// nothing below them: the crash owner's walk takes no page faults there. With 0, not even the top page is.

@@ -1200,16 +1200,6 @@ pub fn main() {
             say(&format!("RESERVED {}", e.metadata().map_or(0, |m| m.ino())));
         }
     }
-    // Linux AIO contexts of this process (their event rings, mapped as `/[aio]`): install leaves one when it
-    // syncs a reservation created at this launch in the background.
-    let aio =
-        std::fs::read_to_string("/proc/self/maps").map_or(0, |m| m.lines().filter(|l| l.contains("/[aio]")).count());
-    say(&format!("AIO_CONTEXTS {aio}"));
-    // Whether install could submit one: no seccomp filter on this thread, and the kernel gives an AIO context
-    // (probed here, after the count above; the probe's context is destroyed at once).
-    let possible =
-        !handler::platform::linux::under_seccomp_filter() && handler::platform::linux::background_sync::aio_available();
-    say(&format!("AIO_POSSIBLE {}", u8::from(possible)));
     say(&format!("MAIN_TID {}", gettid()));
     // How this binary was built: the `panic-abort` profile's build says `abort` (the test checks it ran that one).
     say(if cfg!(panic = "abort") { "PANIC_STRATEGY abort" } else { "PANIC_STRATEGY unwind" });
