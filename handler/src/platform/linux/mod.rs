@@ -273,8 +273,8 @@ mod state_tests {
     use std::os::fd::AsRawFd;
 
     /// `under_seccomp_filter` reads the `Seccomp:` line as `proc(5)` describes it: it agrees with the process's
-    /// status read whole (this test's thread has no filter of its own), and a filter is assumed where the line is
-    /// missing.
+    /// status read whole (this test's thread has no filter of its own). The missing-line case (a filter assumed) is
+    /// not reached here.
     #[test]
     fn the_seccomp_check_agrees_with_the_status_file() {
         let status = std::fs::read_to_string("/proc/self/status").expect("status");

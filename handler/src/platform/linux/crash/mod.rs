@@ -559,11 +559,11 @@ pub unsafe extern "C" fn stop_handler(_sig: libc::c_int, info: *mut libc::siginf
 /// The stop signal usually woke this thread on the owner's CPU and preempted the owner, so it first gives the CPU
 /// back (`sched_yield`): the sync's system call runs when a CPU is free, not in the owner's stop round.
 ///
-/// Where no seccomp filter was seen at install, it also sets the file's modification time first
-/// (`sys::touch_mtime`): the owner's `write` in the same tick of
-/// the file system's clock then leaves the inode clean, so the owner's `fdatasync` writes the report's blocks
-/// alone where a time change would cost an inode write (ext4 without a journal, as on the benchmark machine:
-/// BENCHMARKS.md, "Issue 14: the file's time set early").
+/// Where no seccomp filter was seen at install (so not on Android, where every app runs under one), it also sets
+/// the file's modification time first (`sys::touch_mtime`): the owner's `write` in the same tick of the file
+/// system's clock then leaves the inode clean, so the owner's `fdatasync` writes the report's blocks alone where a
+/// time change would cost an inode write (ext4 without a journal, as on the benchmark machine: BENCHMARKS.md,
+/// "Issue 14: the file's time set early").
 fn early_sync(st: &State) {
     let Some(fd) = writer::take_early_sync(st.stop_sender.load(Ordering::Acquire)) else { return };
     sys::sched_yield();
